@@ -1,0 +1,141 @@
+//! `Lean<B>`: a backend that is `B` in every respect, so that leanburn can swap in its own
+//! kernels one op at a time.
+//!
+//! Why a backend and not a module: Burn's modules call `B::conv2d` and friends through
+//! the `Backend` trait, and `Autodiff<B>` calls `B::conv2d_x_backward` /
+//! `B::conv2d_weight_backward` for the gradients. Replacing those calls is only possible
+//! by owning the backend type. `Lean<B>` wraps any backend, keeps `B`'s tensor primitives,
+//! device and element types unchanged, and forwards every op, so `Autodiff<Lean<Cuda>>` is
+//! a drop-in for `Autodiff<Cuda>`: same models, same optimisers, same records, with the
+//! ops leanburn cares about (the 2-D convolutions, see `ops/module.rs`) in one place.
+//!
+//! Because the primitives are `B`'s own, tensors need no conversion between `Lean<B>` and
+//! `B`; only the few structs generic over the backend (`TensorPrimitive<B>`,
+//! `MaxPool2dWithIndices<B>`, `TransactionPrimitive<B>`, ...) are rebuilt, in the op files
+//! that return them.
+//!
+//! Not forwarded: `burn_backend::distributed::DistributedBackend`. It exists only under
+//! Burn's non-default `distributed` feature, which this crate does not enable; with that
+//! feature on, `Autodiff<Lean<B>>` would need `Lean<B>: DistributedBackend` as well.
+
+use core::fmt;
+use core::marker::PhantomData;
+
+use burn_backend::{Backend, BackendTypes, DType, DTypeUsageSet, ExecutionError, TensorData};
+
+use crate::memory::{MemoryProbe, MemorySample};
+
+mod ops;
+
+/// A backend that forwards every op to `B`: the base leanburn replaces ops on.
+///
+/// Use it under autodiff as `Autodiff<Lean<B>>`; see the [module docs](self).
+pub struct Lean<B>(PhantomData<B>);
+
+/// `Lean` over Burn's default CUDA backend (`Fusion<CubeBackend<CudaRuntime, ..>>`).
+#[cfg(feature = "cuda")]
+pub type LeanCuda = Lean<burn::backend::Cuda>;
+
+/// `Lean` over Burn's default wgpu backend.
+pub type LeanWgpu = Lean<burn::backend::Wgpu>;
+
+// Written by hand: derives would require `B: Clone` / `B: Default` / `B: Debug`.
+impl<B> Clone for Lean<B> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<B> Copy for Lean<B> {}
+
+impl<B> Default for Lean<B> {
+    fn default() -> Self {
+        Self(PhantomData)
+    }
+}
+
+impl<B> fmt::Debug for Lean<B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Lean<{}>", core::any::type_name::<B>())
+    }
+}
+
+impl<B: Backend> BackendTypes for Lean<B> {
+    type Device = B::Device;
+
+    type FloatTensorPrimitive = B::FloatTensorPrimitive;
+    type FloatElem = B::FloatElem;
+
+    type IntTensorPrimitive = B::IntTensorPrimitive;
+    type IntElem = B::IntElem;
+
+    type BoolTensorPrimitive = B::BoolTensorPrimitive;
+    type BoolElem = B::BoolElem;
+
+    type QuantizedTensorPrimitive = B::QuantizedTensorPrimitive;
+}
+
+impl<B: Backend> Backend for Lean<B> {
+    fn ad_enabled(device: &Self::Device) -> bool {
+        B::ad_enabled(device)
+    }
+
+    fn memory_persistent_allocations<
+        Output: Send,
+        Input: Send,
+        Func: Fn(Input) -> Output + Send,
+    >(
+        device: &Self::Device,
+        input: Input,
+        func: Func,
+    ) -> Output {
+        B::memory_persistent_allocations(device, input, func)
+    }
+
+    fn memory_cleanup(device: &Self::Device) {
+        B::memory_cleanup(device)
+    }
+
+    // Wrapped, so logs and memory reports say which stack actually ran.
+    fn name(device: &Self::Device) -> String {
+        format!("lean<{}>", B::name(device))
+    }
+
+    fn seed(device: &Self::Device, seed: u64) {
+        B::seed(device, seed)
+    }
+
+    fn sync(device: &Self::Device) -> Result<(), ExecutionError> {
+        B::sync(device)
+    }
+
+    fn staging<'a, Iter>(data: Iter, device: &Self::Device)
+    where
+        Iter: Iterator<Item = &'a mut TensorData>,
+    {
+        B::staging(data, device)
+    }
+
+    fn supports_dtype(device: &Self::Device, dtype: DType) -> bool {
+        B::supports_dtype(device, dtype)
+    }
+
+    fn dtype_usage(device: &Self::Device, dtype: DType) -> DTypeUsageSet {
+        B::dtype_usage(device, dtype)
+    }
+
+    fn device_count(type_id: u16) -> usize {
+        B::device_count(type_id)
+    }
+}
+
+// `Selection::run` needs memory telemetry on the training stack and its inner backend.
+impl<B: MemoryProbe> MemoryProbe for Lean<B> {
+    fn memory_sample(device: &Self::Device) -> Option<MemorySample> {
+        B::memory_sample(device)
+    }
+
+    fn release_unused(device: &Self::Device) {
+        B::release_unused(device)
+    }
+}

@@ -1,0 +1,38 @@
+//! [`ActivationOps`] for [`Lean`]: all of them `B`'s.
+//!
+//! Every method of this trait has a default body (composed from float ops); backends such
+//! as `Fusion` and `Autodiff` override some of them, and only forwarding keeps those.
+
+use burn_backend::element::Scalar;
+use burn_backend::ops::ActivationOps;
+use burn_backend::tensor::FloatTensor;
+use burn_backend::Backend;
+
+use super::forward::forward;
+use crate::backend::Lean;
+
+impl<B: Backend> ActivationOps<Self> for Lean<B> {
+    forward! {
+        fn leaky_relu(tensor: FloatTensor<Self>, negative_slope: Scalar) -> FloatTensor<Self>;
+        fn relu(tensor: FloatTensor<Self>) -> FloatTensor<Self>;
+        fn relu_backward(output: FloatTensor<Self>, grad: FloatTensor<Self>) -> FloatTensor<Self>;
+        fn gelu(tensor: FloatTensor<Self>) -> FloatTensor<Self>;
+        fn prelu(tensor: FloatTensor<Self>, alpha: FloatTensor<Self>) -> FloatTensor<Self>;
+        fn gelu_backward(x: FloatTensor<Self>, grad: FloatTensor<Self>) -> FloatTensor<Self>;
+        fn sigmoid(tensor: FloatTensor<Self>) -> FloatTensor<Self>;
+        fn sigmoid_backward(
+            output: FloatTensor<Self>,
+            grad: FloatTensor<Self>,
+        ) -> FloatTensor<Self>;
+        fn hard_sigmoid(
+            tensor: FloatTensor<Self>,
+            alpha: Scalar,
+            beta: Scalar,
+        ) -> FloatTensor<Self>;
+        fn log_sigmoid(tensor: FloatTensor<Self>) -> FloatTensor<Self>;
+        fn softmax(tensor: FloatTensor<Self>, dim: usize) -> FloatTensor<Self>;
+        fn log_softmax(tensor: FloatTensor<Self>, dim: usize) -> FloatTensor<Self>;
+        fn softmin(tensor: FloatTensor<Self>, dim: usize) -> FloatTensor<Self>;
+        fn log_sigmoid_backward(x: FloatTensor<Self>, grad: FloatTensor<Self>) -> FloatTensor<Self>;
+    }
+}

@@ -1,0 +1,12 @@
+//! leanburn: memory-bounded training on Burn.
+//!
+//! - [`select`]: choose CUDA, wgpu or the CPU at run time and run generic code there.
+//! - [`memory`]: read device memory every step, track the peak, detect leaks, trim the pool.
+//! - [`model`]: small reference models used by the examples and the memory tests.
+
+pub mod backend;
+pub mod memory;
+pub mod model;
+pub mod select;
+
+pub use burn;

@@ -1,0 +1,62 @@
+//! Per-step sampling of one device: peak tracking and leak detection together.
+
+use super::{LeakDetector, MemoryProbe, MemoryReport, MemorySample, PeakTracker};
+
+/// Samples one device's pool, feeding a [`PeakTracker`] and a [`LeakDetector`].
+///
+/// Costs one host sync per sample on lazy backends; sample once per step, not per op.
+pub struct MemoryMonitor<B: MemoryProbe> {
+    device: B::Device,
+    peak: PeakTracker,
+    leak: LeakDetector,
+    first: Option<MemorySample>,
+}
+
+impl<B: MemoryProbe> MemoryMonitor<B> {
+    /// Monitors `device`, fitting leaks over the last `window` samples.
+    pub fn new(device: B::Device, window: usize) -> Self {
+        Self::with_detector(device, LeakDetector::new(window))
+    }
+
+    pub fn with_detector(device: B::Device, leak: LeakDetector) -> Self {
+        Self { device, peak: PeakTracker::new(), leak, first: None }
+    }
+
+    /// Reads the pool now and records it as `step`; `None` where memory cannot be read.
+    pub fn sample(&mut self, step: u64) -> Option<MemorySample> {
+        let sample = B::memory_sample(&self.device)?;
+        self.peak.observe(sample);
+        self.leak.record(step, sample.bytes_in_use);
+        self.first.get_or_insert(sample);
+        Some(sample)
+    }
+
+    /// Forgets the leak window (peaks are kept): call after a warm-up whose allocations
+    /// (optimizer state, autotune) are expected.
+    pub fn restart_leak_window(&mut self) {
+        self.leak.clear();
+    }
+
+    pub fn peak(&self) -> &PeakTracker {
+        &self.peak
+    }
+
+    pub fn leak_detector(&self) -> &LeakDetector {
+        &self.leak
+    }
+
+    pub fn device(&self) -> &B::Device {
+        &self.device
+    }
+
+    pub fn report(&self) -> MemoryReport {
+        MemoryReport {
+            backend: B::name(&self.device),
+            first: self.first,
+            current: self.peak.last(),
+            peak_in_use: self.peak.peak_in_use(),
+            peak_reserved: self.peak.peak_reserved(),
+            leak: (self.first.is_some()).then(|| self.leak.report()),
+        }
+    }
+}

@@ -1,0 +1,334 @@
+//! Choosing the backend at run time: CUDA, wgpu (Vulkan/Metal) or the CPU.
+//!
+//! User code is written once, generic over the backend, as a [`BackendJob`]; [`select`]
+//! decides where it runs and [`Selection::run`] runs it there.
+
+mod probe;
+mod run;
+
+use std::fmt;
+use std::str::FromStr;
+
+use burn::backend::wgpu::WgpuDevice;
+use serde::{Deserialize, Serialize};
+
+pub use probe::{probe_cuda, probe_wgpu, AdapterKind, AdapterSummary, CudaStatus};
+pub use run::{BackendJob, CpuStack, TrainBackend, WgpuStack};
+#[cfg(feature = "cuda")]
+pub use run::CudaStack;
+
+/// The backend a user asks for.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, clap::ValueEnum,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum BackendKind {
+    /// CUDA if a driver and device answer, else a GPU through wgpu, else the CPU.
+    #[default]
+    Auto,
+    /// NVIDIA GPUs through CubeCL's CUDA runtime.
+    Cuda,
+    /// Any Vulkan/Metal adapter through CubeCL's wgpu runtime, software ones included.
+    #[value(alias = "vulkan")]
+    Wgpu,
+    /// The `ndarray` CPU backend.
+    #[value(alias = "ndarray")]
+    Cpu,
+}
+
+impl BackendKind {
+    pub const NAMES: [&'static str; 4] = ["auto", "cuda", "wgpu", "cpu"];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Auto => "auto",
+            Self::Cuda => "cuda",
+            Self::Wgpu => "wgpu",
+            Self::Cpu => "cpu",
+        }
+    }
+}
+
+impl fmt::Display for BackendKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for BackendKind {
+    type Err = SelectError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        <Self as clap::ValueEnum>::from_str(s.trim(), true)
+            .map_err(|_| SelectError::UnknownBackend(s.to_string()))
+    }
+}
+
+/// Why a backend could not be chosen.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SelectError {
+    #[error("unknown backend '{0}'; valid backends are: auto, cuda, wgpu, cpu")]
+    UnknownBackend(String),
+    #[error("the CUDA backend was requested but is not available: {0}")]
+    CudaUnavailable(String),
+    #[error("CUDA device {requested} was requested but only {available} device(s) exist")]
+    NoSuchCudaDevice { requested: usize, available: usize },
+    #[error(
+        "the wgpu backend was requested but wgpu found no adapter (on Linux install a Vulkan \
+         driver, e.g. `apt-get install mesa-vulkan-drivers libvulkan1`)"
+    )]
+    NoWgpuAdapter,
+    #[error("wgpu adapter {requested} was requested but only {available} adapter(s) exist")]
+    NoSuchWgpuAdapter { requested: usize, available: usize },
+}
+
+impl SelectError {
+    /// Process exit code for a command-line tool: 2 for a malformed request (as for any
+    /// other bad flag), 1 for a well-formed request this machine cannot serve.
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            Self::UnknownBackend(_) => 2,
+            _ => 1,
+        }
+    }
+}
+
+/// Command-line flags for backend selection, to `#[command(flatten)]` into a clap parser.
+#[derive(Clone, Debug, Default, PartialEq, Eq, clap::Args)]
+pub struct BackendArgs {
+    /// Backend to run on.
+    #[arg(long, value_enum, env = "LEANBURN_BACKEND", default_value_t = BackendKind::Auto, ignore_case = true)]
+    pub backend: BackendKind,
+    /// Which device of the chosen backend: the CUDA ordinal, or the wgpu adapter in the
+    /// order listed (best first).
+    #[arg(long = "device", default_value_t = 0)]
+    pub device_index: usize,
+    /// Let `auto` pick a software Vulkan adapter (llvmpipe) over the CPU backend.
+    #[arg(long, env = "LEANBURN_ALLOW_SOFTWARE")]
+    pub allow_software: bool,
+}
+
+/// The device a job will run on.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Chosen {
+    #[cfg(feature = "cuda")]
+    Cuda { ordinal: usize },
+    Wgpu { device: WgpuDevice, adapter: AdapterSummary },
+    Cpu,
+}
+
+/// The outcome of [`select`]: what runs where, and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Selection {
+    pub requested: BackendKind,
+    pub chosen: Chosen,
+    pub reason: String,
+}
+
+impl Selection {
+    /// The backend actually chosen (never `Auto`).
+    pub fn kind(&self) -> BackendKind {
+        match &self.chosen {
+            #[cfg(feature = "cuda")]
+            Chosen::Cuda { .. } => BackendKind::Cuda,
+            Chosen::Wgpu { .. } => BackendKind::Wgpu,
+            Chosen::Cpu => BackendKind::Cpu,
+        }
+    }
+
+    /// Whether the chosen device has a memory pool that telemetry can read.
+    pub fn has_device_memory(&self) -> bool {
+        self.kind() != BackendKind::Cpu
+    }
+
+    /// A wgpu selection on an explicit device, for tests and tools that already know it.
+    pub fn wgpu(device: WgpuDevice, reason: impl Into<String>) -> Self {
+        let adapter = AdapterSummary {
+            name: format!("{device:?}"),
+            kind: AdapterKind::Other,
+            index_in_kind: 0,
+            api: "default".into(),
+            driver: String::new(),
+        };
+        Self { requested: BackendKind::Wgpu, chosen: Chosen::Wgpu { device, adapter }, reason: reason.into() }
+    }
+}
+
+impl fmt::Display for Selection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.chosen {
+            #[cfg(feature = "cuda")]
+            Chosen::Cuda { ordinal } => write!(f, "backend cuda, device {ordinal}")?,
+            Chosen::Wgpu { adapter, .. } => write!(f, "backend wgpu, adapter {adapter}")?,
+            Chosen::Cpu => f.write_str("backend cpu (ndarray)")?,
+        }
+        write!(f, " (requested: {}; {})", self.requested, self.reason)
+    }
+}
+
+/// Chooses a backend for `args`, probing drivers without ever panicking on a missing one.
+pub fn select(args: &BackendArgs) -> Result<Selection, SelectError> {
+    match args.backend {
+        BackendKind::Cpu => Ok(Selection {
+            requested: BackendKind::Cpu,
+            chosen: Chosen::Cpu,
+            reason: "asked for by name".into(),
+        }),
+        BackendKind::Cuda => select_cuda(args.device_index, probe_cuda()),
+        BackendKind::Wgpu => select_wgpu(args.device_index, &probe_wgpu()),
+        BackendKind::Auto => Ok(select_auto(args, probe_cuda(), &probe_wgpu())),
+    }
+}
+
+fn select_cuda(index: usize, status: CudaStatus) -> Result<Selection, SelectError> {
+    match status {
+        CudaStatus::Available { devices, .. } if index >= devices => {
+            Err(SelectError::NoSuchCudaDevice { requested: index, available: devices })
+        }
+        #[cfg(feature = "cuda")]
+        CudaStatus::Available { .. } => Ok(Selection {
+            requested: BackendKind::Cuda,
+            chosen: Chosen::Cuda { ordinal: index },
+            reason: format!("asked for by name; {status}"),
+        }),
+        other => Err(SelectError::CudaUnavailable(other.to_string())),
+    }
+}
+
+fn wgpu_device(adapter: &AdapterSummary) -> WgpuDevice {
+    let i = adapter.index_in_kind;
+    match adapter.kind {
+        AdapterKind::DiscreteGpu => WgpuDevice::DiscreteGpu(i),
+        AdapterKind::IntegratedGpu => WgpuDevice::IntegratedGpu(i),
+        AdapterKind::VirtualGpu => WgpuDevice::VirtualGpu(i),
+        AdapterKind::Software => WgpuDevice::Cpu,
+        AdapterKind::Other => WgpuDevice::DefaultDevice,
+    }
+}
+
+fn select_wgpu(index: usize, adapters: &[AdapterSummary]) -> Result<Selection, SelectError> {
+    if adapters.is_empty() {
+        return Err(SelectError::NoWgpuAdapter);
+    }
+    let adapter = adapters
+        .get(index)
+        .ok_or(SelectError::NoSuchWgpuAdapter { requested: index, available: adapters.len() })?;
+    Ok(Selection {
+        requested: BackendKind::Wgpu,
+        chosen: Chosen::Wgpu { device: wgpu_device(adapter), adapter: adapter.clone() },
+        reason: format!("asked for by name; adapter {index} of {}", adapters.len()),
+    })
+}
+
+fn select_auto(args: &BackendArgs, cuda: CudaStatus, adapters: &[AdapterSummary]) -> Selection {
+    #[cfg(feature = "cuda")]
+    if let CudaStatus::Available { devices, .. } = cuda {
+        let ordinal = args.device_index.min(devices - 1);
+        return Selection {
+            requested: BackendKind::Auto,
+            chosen: Chosen::Cuda { ordinal },
+            reason: format!("{cuda} answered"),
+        };
+    }
+    let hardware = adapters.iter().find(|a| a.kind.is_hardware());
+    let software = adapters.iter().find(|a| a.kind == AdapterKind::Software);
+    let pick = hardware.or(if args.allow_software { software } else { None });
+    if let Some(adapter) = pick {
+        let why = if adapter.kind.is_hardware() {
+            "a GPU adapter answered"
+        } else {
+            "only a software adapter answered and --allow-software was given"
+        };
+        return Selection {
+            requested: BackendKind::Auto,
+            chosen: Chosen::Wgpu { device: wgpu_device(adapter), adapter: adapter.clone() },
+            reason: format!("no CUDA ({cuda}); {why}"),
+        };
+    }
+    let wgpu_note = match software {
+        Some(sw) => format!(
+            "wgpu found only {sw}, which auto skips (pass --allow-software or --backend wgpu)"
+        ),
+        None => "wgpu found no adapter".to_string(),
+    };
+    Selection {
+        requested: BackendKind::Auto,
+        chosen: Chosen::Cpu,
+        reason: format!("no CUDA ({cuda}); {wgpu_note}; falling back to the CPU"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn adapter(kind: AdapterKind, index_in_kind: usize) -> AdapterSummary {
+        AdapterSummary {
+            name: format!("{kind:?}"),
+            kind,
+            index_in_kind,
+            api: "Vulkan".into(),
+            driver: String::new(),
+        }
+    }
+
+    #[test]
+    fn names_parse_case_insensitively_with_aliases() {
+        assert_eq!("CUDA".parse::<BackendKind>(), Ok(BackendKind::Cuda));
+        assert_eq!(" wgpu ".parse::<BackendKind>(), Ok(BackendKind::Wgpu));
+        assert_eq!("vulkan".parse::<BackendKind>(), Ok(BackendKind::Wgpu));
+        assert_eq!("ndarray".parse::<BackendKind>(), Ok(BackendKind::Cpu));
+        assert_eq!("auto".parse::<BackendKind>(), Ok(BackendKind::Auto));
+    }
+
+    #[test]
+    fn unknown_name_lists_the_valid_ones() {
+        let err = "nosuch".parse::<BackendKind>().unwrap_err();
+        assert_eq!(err.exit_code(), 2);
+        let text = err.to_string();
+        for name in BackendKind::NAMES {
+            assert!(text.contains(name), "{text}");
+        }
+    }
+
+    #[test]
+    fn auto_prefers_a_hardware_adapter_and_skips_software_unless_allowed() {
+        let no_cuda = CudaStatus::Unavailable("no driver".into());
+        let adapters = [adapter(AdapterKind::Software, 0)];
+        let args = BackendArgs::default();
+        assert_eq!(select_auto(&args, no_cuda.clone(), &adapters).chosen, Chosen::Cpu);
+
+        let allow = BackendArgs { allow_software: true, ..BackendArgs::default() };
+        let chosen = select_auto(&allow, no_cuda.clone(), &adapters).chosen;
+        assert!(matches!(chosen, Chosen::Wgpu { device: WgpuDevice::Cpu, .. }), "{chosen:?}");
+
+        let adapters =
+            [adapter(AdapterKind::IntegratedGpu, 0), adapter(AdapterKind::Software, 0)];
+        let chosen = select_auto(&args, no_cuda, &adapters).chosen;
+        assert!(
+            matches!(chosen, Chosen::Wgpu { device: WgpuDevice::IntegratedGpu(0), .. }),
+            "{chosen:?}"
+        );
+    }
+
+    #[test]
+    fn explicit_cuda_without_a_driver_is_a_clear_error() {
+        let err = select_cuda(0, CudaStatus::Unavailable("no CUDA driver".into())).unwrap_err();
+        assert_eq!(err.exit_code(), 1);
+        assert!(err.to_string().contains("no CUDA driver"), "{err}");
+        let err = select_cuda(0, CudaStatus::NotCompiled).unwrap_err();
+        assert!(err.to_string().contains("feature `cuda`"), "{err}");
+    }
+
+    #[test]
+    fn explicit_wgpu_checks_the_adapter_index() {
+        assert_eq!(select_wgpu(0, &[]).unwrap_err(), SelectError::NoWgpuAdapter);
+        let adapters = [adapter(AdapterKind::DiscreteGpu, 0), adapter(AdapterKind::DiscreteGpu, 1)];
+        let sel = select_wgpu(1, &adapters).unwrap();
+        assert!(matches!(sel.chosen, Chosen::Wgpu { device: WgpuDevice::DiscreteGpu(1), .. }));
+        assert_eq!(
+            select_wgpu(2, &adapters).unwrap_err(),
+            SelectError::NoSuchWgpuAdapter { requested: 2, available: 2 }
+        );
+    }
+}

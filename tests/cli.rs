@@ -1,0 +1,81 @@
+//! The command line as a user meets it: bad backend names, unavailable backends, a run.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+/// The `memory_demo` example binary, which `cargo test` builds beside the test binaries.
+fn demo() -> Command {
+    let exe = std::env::current_exe().expect("test binary path");
+    let dir = exe.parent().and_then(|deps| deps.parent()).expect("target/<profile>");
+    let path: PathBuf = dir.join("examples").join(format!("memory_demo{}", std::env::consts::EXE_SUFFIX));
+    assert!(path.exists(), "{} is missing: run through `cargo test`, which builds the examples", path.display());
+    let mut command = Command::new(path);
+    command.env_remove("LEANBURN_BACKEND").env_remove("LEANBURN_ALLOW_SOFTWARE");
+    command
+}
+
+fn text(output: &Output) -> String {
+    format!(
+        "status {:?}\nstdout:\n{}\nstderr:\n{}",
+        output.status.code(),
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    )
+}
+
+#[test]
+fn unknown_backend_flag_lists_valid_names_and_exits_2() {
+    let output = demo().args(["--backend", "nosuch"]).output().unwrap();
+    let all = text(&output);
+    assert_eq!(output.status.code(), Some(2), "{all}");
+    for name in ["auto", "cuda", "wgpu", "cpu"] {
+        assert!(String::from_utf8_lossy(&output.stderr).contains(name), "{all}");
+    }
+}
+
+#[test]
+fn unknown_backend_in_the_environment_exits_2() {
+    let output = demo().env("LEANBURN_BACKEND", "tpu").output().unwrap();
+    let all = text(&output);
+    assert_eq!(output.status.code(), Some(2), "{all}");
+    assert!(String::from_utf8_lossy(&output.stderr).contains("tpu"), "{all}");
+}
+
+#[test]
+fn cuda_without_a_driver_is_a_clear_error_not_a_panic() {
+    if !matches!(leanburn::select::probe_cuda(), leanburn::select::CudaStatus::Available { .. }) {
+        let output = demo().args(["--backend", "cuda"]).output().unwrap();
+        let all = text(&output);
+        assert_eq!(output.status.code(), Some(1), "{all}");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(stderr.contains("CUDA backend was requested but is not available"), "{all}");
+        assert!(!stderr.contains("panicked"), "{all}");
+    }
+}
+
+#[test]
+fn cpu_run_reports_memory_as_not_available() {
+    let output = demo().args(["--backend", "cpu", "--steps", "3", "--batch", "2", "--resolution", "8"]).output().unwrap();
+    let all = text(&output);
+    assert!(output.status.success(), "{all}");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(stdout.contains("backend cpu"), "{all}");
+    assert!(stdout.contains("not available"), "{all}");
+}
+
+#[test]
+fn wgpu_run_prints_the_adapter_and_a_leak_verdict_per_phase() {
+    let output = demo().args(["--backend", "wgpu", "--steps", "6", "--batch", "2", "--resolution", "16"]).output().unwrap();
+    let all = text(&output);
+    assert!(output.status.success(), "{all}");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(stdout.contains("backend wgpu, adapter"), "{all}");
+    assert!(stdout.contains("GROWING"), "the autodiff-forward phase must show growth\n{all}");
+    assert!(stdout.matches("flat").count() >= 2, "full and inner phases must be flat\n{all}");
+}
+
+#[test]
+fn zero_steps_is_rejected() {
+    let output = demo().args(["--backend", "cpu", "--steps", "0"]).output().unwrap();
+    assert_eq!(output.status.code(), Some(2), "{}", text(&output));
+}

@@ -1,0 +1,34 @@
+//! Shared pieces of the integration tests.
+#![allow(dead_code)]
+
+use std::sync::{Mutex, MutexGuard};
+
+use burn::backend::wgpu::WgpuDevice;
+use burn::prelude::*;
+use burn::tensor::Distribution;
+
+/// Memory tests read one device pool; running two at once would mix their readings.
+static DEVICE_POOL: Mutex<()> = Mutex::new(());
+
+pub fn exclusive_device() -> MutexGuard<'static, ()> {
+    DEVICE_POOL.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// The wgpu device CI runs on: the default adapter, llvmpipe on a machine without a GPU.
+pub fn wgpu_device() -> WgpuDevice {
+    WgpuDevice::DefaultDevice
+}
+
+pub const CLASSES: usize = 4;
+
+/// A random image batch with cycling labels, made on `device`.
+pub fn image_batch<B: Backend>(
+    size: usize,
+    side: usize,
+    step: u64,
+    device: &B::Device,
+) -> (Tensor<B, 4>, Tensor<B, 1, Int>) {
+    let images = Tensor::random([size, 3, side, side], Distribution::Normal(0.0, 1.0), device);
+    let labels: Vec<i64> = (0..size).map(|i| ((i as u64 + step) % CLASSES as u64) as i64).collect();
+    (images, Tensor::from_data(TensorData::new(labels, [size]), device))
+}
