@@ -1,3 +1,23 @@
 //! CubeCL kernels for leanburn's memory-bounded convolutions, each with a plain-Rust CPU
-//! reference. Kernel code here never touches Burn backend types; `leanburn::backend`
-//! launches it.
+//! reference that the tests compare it against.
+//!
+//! Layout (the classic im2col one, with the batch folded into the columns so one GEMM
+//! covers a whole batch chunk):
+//!
+//! - image: `[batch, channels, height, width]`, any strides;
+//! - columns: `[channels · kernel_h · kernel_w, chunk · out_h · out_w]`, contiguous, row
+//!   index `(c, ky, kx)`, column index `(n, oy, ox)`.
+//!
+//! Rows are ordered like the weight `[out_channels, in_channels/groups, kh, kw]`, so for
+//! grouped convolution group `g` owns the contiguous rows of its channels.
+//!
+//! Kernel code here never touches Burn backend types; `leanburn::backend` launches it.
+
+mod col2im;
+mod geometry;
+mod im2col;
+pub mod reference;
+
+pub use col2im::{col2im_kernel, launch_col2im};
+pub use geometry::{ConvGeometry, ConvGeometryArgs, ConvGeometryArgsLaunch};
+pub use im2col::{im2col_kernel, launch_im2col};
