@@ -25,7 +25,12 @@ use burn_backend::{Backend, BackendTypes, DType, DTypeUsageSet, ExecutionError, 
 
 use crate::memory::{MemoryProbe, MemorySample};
 
+mod budget;
+pub mod conv;
 mod ops;
+
+pub use budget::{ConvBudget, InvalidBudget};
+pub use conv::ChunkedConv;
 
 /// A backend that forwards every op to `B`: the base leanburn replaces ops on.
 ///
@@ -75,7 +80,7 @@ impl<B: Backend> BackendTypes for Lean<B> {
     type QuantizedTensorPrimitive = B::QuantizedTensorPrimitive;
 }
 
-impl<B: Backend> Backend for Lean<B> {
+impl<B: ChunkedConv> Backend for Lean<B> {
     fn ad_enabled(device: &Self::Device) -> bool {
         B::ad_enabled(device)
     }
@@ -130,7 +135,7 @@ impl<B: Backend> Backend for Lean<B> {
 }
 
 // `Selection::run` needs memory telemetry on the training stack and its inner backend.
-impl<B: MemoryProbe> MemoryProbe for Lean<B> {
+impl<B: MemoryProbe + ChunkedConv> MemoryProbe for Lean<B> {
     fn memory_sample(device: &Self::Device) -> Option<MemorySample> {
         B::memory_sample(device)
     }

@@ -6,12 +6,12 @@
 use burn_backend::element::Scalar;
 use burn_backend::ops::ActivationOps;
 use burn_backend::tensor::FloatTensor;
-use burn_backend::Backend;
+
 
 use super::forward::forward;
-use crate::backend::Lean;
+use crate::backend::{ChunkedConv, Lean};
 
-impl<B: Backend> ActivationOps<Self> for Lean<B> {
+impl<B: ChunkedConv> ActivationOps<Self> for Lean<B> {
     forward! {
         fn leaky_relu(tensor: FloatTensor<Self>, negative_slope: Scalar) -> FloatTensor<Self>;
         fn relu(tensor: FloatTensor<Self>) -> FloatTensor<Self>;

@@ -7,12 +7,12 @@ use burn_backend::ops::BoolTensorOps;
 use burn_backend::shape::Shape;
 use burn_backend::slice::Slice;
 use burn_backend::tensor::{BoolTensor, Device, FloatTensor, IntTensor};
-use burn_backend::{Backend, BoolDType, ExecutionError, FloatDType, IntDType, TensorData};
+use burn_backend::{BoolDType, ExecutionError, FloatDType, IntDType, TensorData};
 
 use super::forward::forward;
-use crate::backend::Lean;
+use crate::backend::{ChunkedConv, Lean};
 
-impl<B: Backend> BoolTensorOps<Self> for Lean<B> {
+impl<B: ChunkedConv> BoolTensorOps<Self> for Lean<B> {
     fn bool_into_data(
         tensor: BoolTensor<Self>,
     ) -> impl Future<Output = Result<TensorData, ExecutionError>> + Send {

@@ -8,12 +8,12 @@ use burn_backend::ops::{FloatTensorOps, GridSampleOptions};
 use burn_backend::shape::Shape;
 use burn_backend::slice::Slice;
 use burn_backend::tensor::{BoolTensor, Device, FloatTensor, IndexingUpdateOp, IntTensor};
-use burn_backend::{Backend, BoolDType, ExecutionError, FloatDType, IntDType, TensorData};
+use burn_backend::{BoolDType, ExecutionError, FloatDType, IntDType, TensorData};
 
 use super::forward::forward;
-use crate::backend::Lean;
+use crate::backend::{ChunkedConv, Lean};
 
-impl<B: Backend> FloatTensorOps<Self> for Lean<B> {
+impl<B: ChunkedConv> FloatTensorOps<Self> for Lean<B> {
     // Returns `B`'s future as is: no extra state machine, and its `Send` is `B`'s promise.
     fn float_into_data(
         tensor: FloatTensor<Self>,

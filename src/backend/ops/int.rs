@@ -9,12 +9,12 @@ use burn_backend::ops::IntTensorOps;
 use burn_backend::shape::Shape;
 use burn_backend::slice::Slice;
 use burn_backend::tensor::{BoolTensor, Device, FloatTensor, IndexingUpdateOp, IntTensor};
-use burn_backend::{Backend, BoolDType, ExecutionError, FloatDType, IntDType, TensorData};
+use burn_backend::{BoolDType, ExecutionError, FloatDType, IntDType, TensorData};
 
 use super::forward::forward;
-use crate::backend::Lean;
+use crate::backend::{ChunkedConv, Lean};
 
-impl<B: Backend> IntTensorOps<Self> for Lean<B> {
+impl<B: ChunkedConv> IntTensorOps<Self> for Lean<B> {
     fn int_into_data(
         tensor: IntTensor<Self>,
     ) -> impl Future<Output = Result<TensorData, ExecutionError>> + Send {

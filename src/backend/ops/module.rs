@@ -14,20 +14,20 @@ use burn_backend::ops::{
     MaxPool2dBackward, MaxPool2dWithIndices, ModuleOps, UnfoldOptions,
 };
 use burn_backend::tensor::{BoolTensor, FloatTensor, IntTensor};
-use burn_backend::Backend;
+
 
 use super::forward::forward;
-use crate::backend::Lean;
+use crate::backend::{ChunkedConv, Lean};
 
-impl<B: Backend> ModuleOps<Self> for Lean<B> {
-    // Convolutions: leanburn's kernels replace these (see backend/conv).
+impl<B: ChunkedConv> ModuleOps<Self> for Lean<B> {
+    // Convolutions: leanburn's chunked im2col / col2im + GEMM (see backend/conv).
     fn conv2d(
         x: FloatTensor<Self>,
         weight: FloatTensor<Self>,
         bias: Option<FloatTensor<Self>>,
         options: ConvOptions<2>,
     ) -> FloatTensor<Self> {
-        B::conv2d(x, weight, bias, options)
+        crate::backend::conv::forward::conv2d::<B>(x, weight, bias, options)
     }
 
     fn conv2d_x_backward(
@@ -36,7 +36,7 @@ impl<B: Backend> ModuleOps<Self> for Lean<B> {
         output_grad: FloatTensor<Self>,
         options: ConvOptions<2>,
     ) -> FloatTensor<Self> {
-        B::conv2d_x_backward(x, weight, output_grad, options)
+        crate::backend::conv::backward::conv2d_x_backward::<B>(x, weight, output_grad, options)
     }
 
     fn conv2d_weight_backward(
@@ -45,7 +45,7 @@ impl<B: Backend> ModuleOps<Self> for Lean<B> {
         output_grad: FloatTensor<Self>,
         options: ConvOptions<2>,
     ) -> FloatTensor<Self> {
-        B::conv2d_weight_backward(x, weight, output_grad, options)
+        crate::backend::conv::backward::conv2d_weight_backward::<B>(x, weight, output_grad, options)
     }
 
     fn conv_transpose2d(
@@ -54,7 +54,11 @@ impl<B: Backend> ModuleOps<Self> for Lean<B> {
         bias: Option<FloatTensor<Self>>,
         options: ConvTransposeOptions<2>,
     ) -> FloatTensor<Self> {
-        B::conv_transpose2d(x, weight, bias, options)
+        // Output padding beyond the stride has no conv2d adjoint: `B`'s own op, explicitly.
+        match crate::backend::conv::transpose::conv_transpose2d::<B>(x, weight, bias, options.clone()) {
+            Ok(out) => out,
+            Err((x, weight, bias)) => B::conv_transpose2d(x, weight, bias, options),
+        }
     }
 
     // Results generic over the backend: rebuilt as `X<Lean<B>>`.

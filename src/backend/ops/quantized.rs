@@ -15,14 +15,14 @@ use burn_backend::slice::Slice;
 use burn_backend::tensor::quantization::QuantizationParametersPrimitive;
 use burn_backend::tensor::{BoolTensor, Device, FloatTensor, IntTensor, QuantizedTensor};
 use burn_backend::{
-    Backend, BoolDType, ExecutionError, FloatDType, IntDType, TensorData, TensorPrimitive,
+    BoolDType, ExecutionError, FloatDType, IntDType, TensorData, TensorPrimitive,
 };
 
 use super::forward::forward;
-use crate::backend::Lean;
+use crate::backend::{ChunkedConv, Lean};
 
 /// `B`'s result as `Lean<B>`'s.
-fn to_lean<B: Backend>(tensor: TensorPrimitive<B>) -> TensorPrimitive<Lean<B>> {
+fn to_lean<B: ChunkedConv>(tensor: TensorPrimitive<B>) -> TensorPrimitive<Lean<B>> {
     match tensor {
         TensorPrimitive::Float(tensor) => TensorPrimitive::Float(tensor),
         TensorPrimitive::QFloat(tensor) => TensorPrimitive::QFloat(tensor),
@@ -30,14 +30,14 @@ fn to_lean<B: Backend>(tensor: TensorPrimitive<B>) -> TensorPrimitive<Lean<B>> {
 }
 
 /// `Lean<B>`'s argument as `B`'s.
-fn to_inner<B: Backend>(tensor: TensorPrimitive<Lean<B>>) -> TensorPrimitive<B> {
+fn to_inner<B: ChunkedConv>(tensor: TensorPrimitive<Lean<B>>) -> TensorPrimitive<B> {
     match tensor {
         TensorPrimitive::Float(tensor) => TensorPrimitive::Float(tensor),
         TensorPrimitive::QFloat(tensor) => TensorPrimitive::QFloat(tensor),
     }
 }
 
-impl<B: Backend> QTensorOps<Self> for Lean<B> {
+impl<B: ChunkedConv> QTensorOps<Self> for Lean<B> {
     fn q_into_data(
         tensor: QuantizedTensor<Self>,
     ) -> impl Future<Output = Result<TensorData, ExecutionError>> + Send {

@@ -6,11 +6,11 @@
 use core::future::Future;
 
 use burn_backend::ops::{TransactionOps, TransactionPrimitive, TransactionPrimitiveData};
-use burn_backend::{Backend, ExecutionError};
+use burn_backend::{ExecutionError};
 
-use crate::backend::Lean;
+use crate::backend::{ChunkedConv, Lean};
 
-impl<B: Backend> TransactionOps<Self> for Lean<B> {
+impl<B: ChunkedConv> TransactionOps<Self> for Lean<B> {
     fn tr_execute(
         transaction: TransactionPrimitive<Self>,
     ) -> impl Future<Output = Result<TransactionPrimitiveData, ExecutionError>> + Send {

@@ -1,0 +1,138 @@
+//! Memory-bounded 2-D convolutions: im2col / col2im over batch chunks plus a GEMM.
+//!
+//! The algorithm ([`forward`], [`backward`], [`transpose`]) is written once, on Burn
+//! tensors of the inner backend. Only moving pixels between the image and the column
+//! matrix depends on the backend, through [`ChunkedConv`]: on any CubeCL backend that is
+//! leanburn's own kernels (`leanburn-kernels`), elsewhere a composition of Burn ops
+//! ([`composed`]) with the same chunking, so the workspace bound holds everywhere.
+
+pub(crate) mod backward;
+pub(crate) mod composed;
+mod cube;
+pub(crate) mod forward;
+pub(crate) mod transpose;
+
+use burn::backend::NdArray;
+use burn_backend::tensor::FloatTensor;
+use burn_backend::Backend;
+use burn_fusion::{Fusion, FusionBackend};
+use leanburn_kernels::ConvGeometry;
+
+/// How a backend moves pixels between an image and a column matrix.
+///
+/// `columns` is `[channels · kh · kw, chunk · out_h · out_w]` (see `leanburn-kernels`);
+/// `image` is the whole `[batch, channels, h, w]` tensor and the chunk is the images
+/// `batch_offset .. batch_offset + chunk`.
+pub trait ChunkedConv: Backend {
+    /// Column-matrix-sized buffers alive at once inside [`Self::im2col`]: what the chunk
+    /// planner charges per image.
+    fn im2col_copies() -> usize {
+        composed::IM2COL_COPIES
+    }
+
+    fn im2col(
+        image: FloatTensor<Self>,
+        geometry: &ConvGeometry,
+        batch_offset: usize,
+        chunk: usize,
+    ) -> FloatTensor<Self> {
+        composed::im2col::<Self>(image, geometry, batch_offset, chunk)
+    }
+
+    /// Writes the chunk of `image` from `columns` (overwriting it) and returns `image`.
+    fn col2im(
+        columns: FloatTensor<Self>,
+        image: FloatTensor<Self>,
+        geometry: &ConvGeometry,
+        batch_offset: usize,
+        chunk: usize,
+    ) -> FloatTensor<Self> {
+        composed::col2im::<Self>(columns, image, geometry, batch_offset, chunk)
+    }
+}
+
+/// Burn's fused backends queue ops for a fuser; their primitives are not `CubeTensor`s,
+/// so they take the composed path (wrap the unfused `CubeBackend` to get the kernels).
+impl<B: FusionBackend> ChunkedConv for Fusion<B> {}
+
+impl ChunkedConv for NdArray {}
+
+/// The geometry of `conv2d(x, weight)`, or a panic with the reason, like Burn's own checks.
+pub(crate) fn conv_geometry(
+    op: &str,
+    x_dims: [usize; 4],
+    weight_dims: [usize; 4],
+    groups: usize,
+    stride: [usize; 2],
+    padding: [usize; 2],
+    dilation: [usize; 2],
+) -> ConvGeometry {
+    let [_, channels, in_h, in_w] = x_dims;
+    let [out_channels, channels_per_group, kernel_h, kernel_w] = weight_dims;
+    assert!(groups >= 1, "{op}: groups must be at least 1");
+    assert!(
+        channels == channels_per_group * groups,
+        "{op}: the input has {channels} channels but the weight expects {channels_per_group} \
+         per group × {groups} groups"
+    );
+    assert!(
+        out_channels % groups == 0,
+        "{op}: {out_channels} output channels cannot be split into {groups} groups"
+    );
+    let geometry = ConvGeometry {
+        channels,
+        in_h,
+        in_w,
+        kernel_h,
+        kernel_w,
+        stride,
+        padding,
+        dilation,
+    };
+    assert!(
+        geometry.output_size().is_some(),
+        "{op}: the kernel {kernel_h}×{kernel_w} (dilation {dilation:?}, stride {stride:?}) does \
+         not fit in the input {in_h}×{in_w} padded by {padding:?}"
+    );
+    geometry
+}
+
+/// Images per chunk for a convolution whose column matrix is `geometry`'s and whose other
+/// side has `other_channels` channels per image: the columns (times the backend's copies)
+/// plus the GEMM result and its reshaped copy must fit in the budget.
+pub(crate) fn plan_chunk<B: ChunkedConv>(
+    geometry: &ConvGeometry,
+    batch: usize,
+    other_channels: usize,
+    pixels: usize,
+    elem_bytes: usize,
+) -> usize {
+    let per_image =
+        (geometry.col_rows() * B::im2col_copies() + 2 * other_channels) * pixels * elem_bytes;
+    super::ConvBudget::current().chunk(batch, per_image)
+}
+
+/// The batch cut into `(start, len)` chunks of at most `chunk` images.
+pub(crate) fn chunks(batch: usize, chunk: usize) -> impl Iterator<Item = (usize, usize)> {
+    (0..batch).step_by(chunk.max(1)).map(move |start| (start, chunk.min(batch - start)))
+}
+
+pub(crate) fn float<B: Backend, const D: usize>(tensor: FloatTensor<B>) -> burn::tensor::Tensor<B, D> {
+    burn::tensor::Tensor::from_primitive(burn::tensor::TensorPrimitive::Float(tensor))
+}
+
+/// `tensor` laid out contiguously (a copy only when it is not already).
+///
+/// Every GEMM operand and every tensor that is later split into more dims goes through
+/// this: on wgpu, Burn 0.21's CubeCL matmul returns wrong values for some transposed
+/// right-hand operands (e.g. `[2, 8] · [8, 2048]ᵀ`), and its reshape computes wrong strides
+/// when it splits a permuted tensor that has unit dims. Both were found by
+/// `tests/conv_correctness.rs`.
+pub(crate) fn contiguous<B: Backend, const D: usize>(
+    tensor: burn::tensor::Tensor<B, D>,
+) -> burn::tensor::Tensor<B, D> {
+    let dims = tensor.dims();
+    // Reshaping to a lower rank copies a non-contiguous tensor and only relabels a
+    // contiguous one; splitting a contiguous one back is a relabel.
+    tensor.reshape([dims.iter().product::<usize>()]).reshape(dims)
+}
