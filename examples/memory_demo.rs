@@ -31,6 +31,9 @@ struct Args {
     /// Images per batch.
     #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u64).range(1..=4096))]
     batch: u64,
+    /// Run on `Autodiff<Lean<..>>`: leanburn's memory-bounded convolutions.
+    #[arg(long)]
+    lean: bool,
     /// Image side in pixels.
     #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u64).range(4..=1024))]
     resolution: u64,
@@ -49,7 +52,13 @@ fn main() -> ExitCode {
         }
     };
     println!("leanburn: {selection}");
-    selection.run(Demo { steps: args.steps, batch: args.batch as usize, side: args.resolution as usize });
+    let demo = Demo { steps: args.steps, batch: args.batch as usize, side: args.resolution as usize };
+    if args.lean {
+        println!("leanburn: convolutions through Lean<..> (budget {} MiB)", leanburn::backend::ConvBudget::current().bytes() / (1024 * 1024));
+        selection.run_lean(demo);
+    } else {
+        selection.run(demo);
+    }
     ExitCode::SUCCESS
 }
 

@@ -79,3 +79,14 @@ fn zero_steps_is_rejected() {
     let output = demo().args(["--backend", "cpu", "--steps", "0"]).output().unwrap();
     assert_eq!(output.status.code(), Some(2), "{}", text(&output));
 }
+
+#[test]
+fn lean_wgpu_run_keeps_the_inner_forward_flat() {
+    let output = demo().args(["--backend", "wgpu", "--lean", "--steps", "6", "--batch", "2", "--resolution", "16"]).output().unwrap();
+    let all = text(&output);
+    assert!(output.status.success(), "{all}");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(stdout.contains("lean<"), "the report must name the Lean stack\n{all}");
+    assert!(stdout.contains("GROWING"), "the autodiff-forward control must still grow\n{all}");
+    assert!(stdout.matches("flat").count() >= 2, "{all}");
+}

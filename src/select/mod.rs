@@ -13,9 +13,9 @@ use burn::backend::wgpu::WgpuDevice;
 use serde::{Deserialize, Serialize};
 
 pub use probe::{probe_cuda, probe_wgpu, AdapterKind, AdapterSummary, CudaStatus};
-pub use run::{BackendJob, CpuStack, TrainBackend, WgpuStack};
+pub use run::{BackendJob, CpuStack, LeanCpuStack, LeanWgpuStack, TrainBackend, WgpuStack};
 #[cfg(feature = "cuda")]
-pub use run::CudaStack;
+pub use run::{CudaStack, LeanCudaStack};
 
 /// The backend a user asks for.
 #[derive(

@@ -5,6 +5,7 @@ use burn::backend::{Autodiff, NdArray, Wgpu};
 use burn::tensor::backend::AutodiffBackend;
 
 use super::{Chosen, Selection};
+use crate::backend::Lean;
 use crate::memory::MemoryProbe;
 
 /// A backend leanburn can train on: autodiff, with memory telemetry on both the autodiff
@@ -26,6 +27,16 @@ pub type WgpuStack = Autodiff<Wgpu>;
 /// The stack used for the CPU choice.
 pub type CpuStack = Autodiff<NdArray>;
 
+/// The `Lean` stack for the CUDA choice: leanburn's kernels on the unfused CubeCL backend.
+#[cfg(feature = "cuda")]
+pub type LeanCudaStack =
+    Autodiff<Lean<burn_cubecl::CubeBackend<cubecl::cuda::CudaRuntime, f32, i32, u8>>>;
+/// The `Lean` stack for the wgpu choice: leanburn's kernels on the unfused CubeCL backend.
+pub type LeanWgpuStack =
+    Autodiff<Lean<burn_cubecl::CubeBackend<burn::backend::wgpu::WgpuRuntime, f32, i32, u32>>>;
+/// The `Lean` stack for the CPU choice (composed convolutions).
+pub type LeanCpuStack = Autodiff<Lean<NdArray>>;
+
 /// Work written once, generic over the backend, run by [`Selection::run`].
 ///
 /// Rust closures cannot be generic over a type, hence a trait with one generic method.
@@ -45,6 +56,19 @@ impl Selection {
             }
             Chosen::Wgpu { device, .. } => job.run::<WgpuStack>(device.clone()),
             Chosen::Cpu => job.run::<CpuStack>(NdArrayDevice::Cpu),
+        }
+    }
+
+    /// Runs `job` on the chosen device with `Lean` inside autodiff, so its convolutions
+    /// are leanburn's memory-bounded ones (see `docs/backend.md`).
+    pub fn run_lean<J: BackendJob>(&self, job: J) -> J::Output {
+        match &self.chosen {
+            #[cfg(feature = "cuda")]
+            Chosen::Cuda { ordinal } => {
+                job.run::<LeanCudaStack>(burn::backend::cuda::CudaDevice::new(*ordinal))
+            }
+            Chosen::Wgpu { device, .. } => job.run::<LeanWgpuStack>(device.clone()),
+            Chosen::Cpu => job.run::<LeanCpuStack>(NdArrayDevice::Cpu),
         }
     }
 }

@@ -2,7 +2,7 @@
 
 /// Emits, for each `fn name(arg: Ty, ..) -> Ret;`, a method whose body is `B::name(arg, ..)`.
 ///
-/// It is used inside `impl<B: Backend> XxxOps<Self> for Lean<B>` blocks, where `B` is the
+/// It is used inside `impl<B: ChunkedConv> XxxOps<Self> for Lean<B>` blocks, where `B` is the
 /// wrapped backend. Every method of every op trait goes through here or is written by hand,
 /// those with a default body included: a method left to its trait default would run Burn's
 /// generic composition on `Lean<B>` (e.g. `float_mean` as `sum / n`) instead of `B`'s own,

@@ -1,4 +1,4 @@
-//! [`ModuleOps`] for [`Lean`]: all of them `B`'s, for now.
+//! [`ModuleOps`] for [`Lean`]: the 2-D convolutions are leanburn's, everything else `B`'s.
 //!
 //! The 2-D convolutions sit apart at the top: they are the ops leanburn exists to replace
 //! (memory-bounded kernels instead of `B`'s im2col / implicit GEMM), and keeping them
