@@ -48,15 +48,7 @@ pub(crate) fn conv2d_x_backward<B: ChunkedConv>(
     let x = float::<B, 4>(x);
     let weight = float::<B, 4>(weight);
     let output_grad = float::<B, 4>(output_grad);
-    let geometry = conv_geometry(
-        "conv2d_x_backward",
-        x.dims(),
-        weight.dims(),
-        options.groups,
-        options.stride,
-        options.padding,
-        options.dilation,
-    );
+    let geometry = conv_geometry("conv2d_x_backward", x.dims(), weight.dims(), &options);
     let x_dims = x.dims();
     let (device, dtype) = (x.device(), x.dtype());
     drop(x);
@@ -92,15 +84,7 @@ pub(crate) fn conv2d_weight_backward<B: ChunkedConv>(
     let weight = float::<B, 4>(weight);
     let output_grad = float::<B, 4>(output_grad);
     let weight_dims = weight.dims();
-    let geometry = conv_geometry(
-        "conv2d_weight_backward",
-        x.dims(),
-        weight_dims,
-        options.groups,
-        options.stride,
-        options.padding,
-        options.dilation,
-    );
+    let geometry = conv_geometry("conv2d_weight_backward", x.dims(), weight_dims, &options);
     drop(weight);
     let [batch, ..] = x.dims();
     let [out_channels, ..] = weight_dims;

@@ -14,15 +14,7 @@ pub(crate) fn conv2d<B: ChunkedConv>(
 ) -> FloatTensor<B> {
     let x = float::<B, 4>(x);
     let weight = float::<B, 4>(weight);
-    let geometry = conv_geometry(
-        "conv2d",
-        x.dims(),
-        weight.dims(),
-        options.groups,
-        options.stride,
-        options.padding,
-        options.dilation,
-    );
+    let geometry = conv_geometry("conv2d", x.dims(), weight.dims(), &options);
     let [batch, ..] = x.dims();
     let [out_channels, _, _, _] = weight.dims();
     let groups = options.groups;

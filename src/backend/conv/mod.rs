@@ -13,6 +13,7 @@ pub(crate) mod forward;
 pub(crate) mod transpose;
 
 use burn::backend::NdArray;
+use burn_backend::ops::ConvOptions;
 use burn_backend::tensor::FloatTensor;
 use burn_backend::Backend;
 use burn_fusion::{Fusion, FusionBackend};
@@ -62,11 +63,9 @@ pub(crate) fn conv_geometry(
     op: &str,
     x_dims: [usize; 4],
     weight_dims: [usize; 4],
-    groups: usize,
-    stride: [usize; 2],
-    padding: [usize; 2],
-    dilation: [usize; 2],
+    options: &ConvOptions<2>,
 ) -> ConvGeometry {
+    let ConvOptions { stride, padding, dilation, groups } = options.clone();
     let [_, channels, in_h, in_w] = x_dims;
     let [out_channels, channels_per_group, kernel_h, kernel_w] = weight_dims;
     assert!(groups >= 1, "{op}: groups must be at least 1");
