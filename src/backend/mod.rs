@@ -30,7 +30,7 @@ pub mod conv;
 mod ops;
 
 pub use budget::{ConvBudget, InvalidBudget};
-pub use conv::ChunkedConv;
+pub use conv::{conv2d_plan, ChunkedConv, ConvPlan};
 
 /// A backend that forwards every op to `B`: the base leanburn replaces ops on.
 ///

@@ -57,7 +57,7 @@ pub(crate) fn conv2d_x_backward<B: ChunkedConv>(
     let groups = options.groups;
     let pixels = geometry.col_cols_per_image();
     let rows_per_group = geometry.col_rows() / groups;
-    let chunk = plan_chunk::<B>(&geometry, batch, out_channels, pixels, dtype.size());
+    let chunk = plan_chunk::<B>(&geometry, batch, out_channels, pixels, dtype.size()).images_per_chunk;
 
     // [groups, rows per group, out per group]
     let weights_t =
@@ -91,7 +91,7 @@ pub(crate) fn conv2d_weight_backward<B: ChunkedConv>(
     let groups = options.groups;
     let pixels = geometry.col_cols_per_image();
     let rows_per_group = geometry.col_rows() / groups;
-    let chunk = plan_chunk::<B>(&geometry, batch, out_channels, pixels, x.dtype().size());
+    let chunk = plan_chunk::<B>(&geometry, batch, out_channels, pixels, x.dtype().size()).images_per_chunk;
 
     let x = x.into_primitive().tensor();
     let mut weight_grad: Option<Tensor<B, 3>> = None;

@@ -22,7 +22,7 @@ pub(crate) fn conv2d<B: ChunkedConv>(
     let pixels = out_h * out_w;
     let rows_per_group = geometry.col_rows() / groups;
     let (device, dtype) = (x.device(), x.dtype());
-    let chunk = plan_chunk::<B>(&geometry, batch, out_channels, pixels, dtype.size());
+    let chunk = plan_chunk::<B>(&geometry, batch, out_channels, pixels, dtype.size()).images_per_chunk;
 
     let weights = contiguous(weight).reshape([groups, out_channels / groups, rows_per_group]);
     let bias = bias.map(|b| float::<B, 1>(b).reshape([1, out_channels, 1, 1]));

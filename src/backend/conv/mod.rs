@@ -96,7 +96,54 @@ pub(crate) fn conv_geometry(
     geometry
 }
 
-/// Images per chunk for a convolution whose column matrix is `geometry`'s and whose other
+/// How `Lean` runs one convolution: the batch cut into chunks so that one chunk's
+/// transient workspace (column matrix plus GEMM result and its reshaped copy) fits in
+/// the [`ConvBudget`](super::ConvBudget) in force.
+///
+/// Chunks are whole images: when a single image's workspace exceeds the budget, it runs
+/// alone and the workspace is that one image's ([`ConvPlan::fits_budget`] is then false).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ConvPlan {
+    /// Images in each chunk (the last chunk may have fewer).
+    pub images_per_chunk: usize,
+    /// Number of chunks the batch is cut into.
+    pub chunks: usize,
+    /// Workspace bytes of one image.
+    pub workspace_bytes_per_image: usize,
+    /// Workspace bytes of one full chunk: the most `Lean` holds at once for this call.
+    pub workspace_bytes: usize,
+    /// The budget the plan was made under.
+    pub budget_bytes: usize,
+}
+
+impl ConvPlan {
+    /// Whether the workspace stays within the budget (false only when one image alone
+    /// needs more than the budget).
+    pub fn fits_budget(&self) -> bool {
+        self.workspace_bytes <= self.budget_bytes
+    }
+}
+
+/// The plan `Lean<B>` follows for `conv2d` of an input of `x_dims` with a weight of
+/// `weight_dims` (and for that convolution's two gradients, which are chunked the same
+/// way), with elements of `elem_bytes`. Panics on shapes Burn's own conv would reject.
+pub fn conv2d_plan<B: ChunkedConv>(
+    x_dims: [usize; 4],
+    weight_dims: [usize; 4],
+    options: &ConvOptions<2>,
+    elem_bytes: usize,
+) -> ConvPlan {
+    let geometry = conv_geometry("conv2d", x_dims, weight_dims, options);
+    plan_chunk::<B>(
+        &geometry,
+        x_dims[0],
+        weight_dims[0],
+        geometry.col_cols_per_image(),
+        elem_bytes,
+    )
+}
+
+/// The chunking for a convolution whose column matrix is `geometry`'s and whose other
 /// side has `other_channels` channels per image: the columns (times the backend's copies)
 /// plus the GEMM result and its reshaped copy must fit in the budget.
 pub(crate) fn plan_chunk<B: ChunkedConv>(
@@ -105,10 +152,18 @@ pub(crate) fn plan_chunk<B: ChunkedConv>(
     other_channels: usize,
     pixels: usize,
     elem_bytes: usize,
-) -> usize {
+) -> ConvPlan {
     let per_image =
         (geometry.col_rows() * B::im2col_copies() + 2 * other_channels) * pixels * elem_bytes;
-    super::ConvBudget::current().chunk(batch, per_image)
+    let budget = super::ConvBudget::current();
+    let images_per_chunk = budget.chunk(batch, per_image);
+    ConvPlan {
+        images_per_chunk,
+        chunks: batch.max(1).div_ceil(images_per_chunk),
+        workspace_bytes_per_image: per_image,
+        workspace_bytes: per_image * images_per_chunk,
+        budget_bytes: budget.bytes(),
+    }
 }
 
 /// The batch cut into `(start, len)` chunks of at most `chunk` images.

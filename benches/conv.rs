@@ -1,0 +1,285 @@
+//! `Lean<B>` against stock `B`, side by side, over ResNet-50's convolution shapes and a few
+//! large-batch / high-resolution ones: forward + input gradient + weight gradient.
+//!
+//! ```text
+//! cargo bench --bench conv -- --backend wgpu --allow-software --batch 1 --reps 3
+//! cargo bench --bench conv -- --backend cuda --set all --batch 32 --dtype bf16
+//! ```
+//!
+//! Per shape and per backend: the median wall time of `--reps` timed runs (after
+//! `--warmup` untimed ones, which also absorb CubeCL's autotuning), and how far the device
+//! pool's reserve rose during one run after a trim (the pool's high-water mark, rounded up
+//! to its pages). `Lean`'s planned workspace per chunk is printed with its budget. The table
+//! is Markdown, ready for `docs/benchmarks.md`.
+
+use std::time::{Duration, Instant};
+
+use burn::backend::NdArray;
+use burn::tensor::backend::Backend;
+use burn::tensor::ops::{ConvOptions, FloatTensor};
+use burn::tensor::{Distribution, Tensor};
+use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement};
+use clap::{Parser, ValueEnum};
+use leanburn::backend::{conv2d_plan, ChunkedConv, ConvBudget, Lean};
+use leanburn::memory::{format_bytes, MemoryProbe};
+use leanburn::select::{select, BackendArgs, Chosen};
+
+#[derive(Parser, Debug)]
+#[command(about = "Lean<B> convolutions against stock B: time and peak memory")]
+struct Args {
+    #[command(flatten)]
+    backend: BackendArgs,
+    /// Which shapes: ResNet-50's layers, the large ones, or both.
+    #[arg(long, value_enum, default_value_t = ShapeSet::Resnet50)]
+    set: ShapeSet,
+    /// Batch size for the ResNet-50 shapes (the large shapes set their own).
+    #[arg(long, default_value_t = 8)]
+    batch: usize,
+    /// Divides the batch of the large shapes (for slow devices).
+    #[arg(long, default_value_t = 1)]
+    large_divisor: usize,
+    #[arg(long, default_value_t = 5)]
+    reps: usize,
+    #[arg(long, default_value_t = 1)]
+    warmup: usize,
+    /// `Lean`'s convolution workspace budget in MiB.
+    #[arg(long, default_value_t = ConvBudget::DEFAULT_MIB)]
+    budget_mib: usize,
+    /// Float type on CubeCL backends (the CPU backend runs f32).
+    #[arg(long, value_enum, default_value_t = Precision::F32)]
+    dtype: Precision,
+    /// Run only the shapes whose name contains this.
+    #[arg(long)]
+    only: Option<String>,
+    /// Accepted for `cargo bench` compatibility.
+    #[arg(long, hide = true)]
+    bench: bool,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
+enum ShapeSet {
+    Resnet50,
+    Large,
+    All,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
+enum Precision {
+    F32,
+    F16,
+    Bf16,
+}
+
+#[derive(Clone, Debug)]
+struct Shape {
+    name: &'static str,
+    batch: usize,
+    in_channels: usize,
+    out_channels: usize,
+    side: usize,
+    kernel: usize,
+    stride: usize,
+    padding: usize,
+}
+
+fn shapes(args: &Args) -> Vec<Shape> {
+    let n = args.batch.max(1);
+    let resnet = |name, in_channels, out_channels, side, kernel, stride, padding| Shape {
+        name,
+        batch: n,
+        in_channels,
+        out_channels,
+        side,
+        kernel,
+        stride,
+        padding,
+    };
+    let large_n = |batch: usize| (batch / args.large_divisor.max(1)).max(1);
+    let large = |name, batch, in_channels, out_channels, side, kernel, stride, padding| Shape {
+        name,
+        batch: large_n(batch),
+        in_channels,
+        out_channels,
+        side,
+        kernel,
+        stride,
+        padding,
+    };
+    let mut list = Vec::new();
+    if args.set != ShapeSet::Large {
+        list.extend([
+            resnet("r50.conv1 7x7/2", 3, 64, 224, 7, 2, 3),
+            resnet("r50.l1 1x1 64-64", 64, 64, 56, 1, 1, 0),
+            resnet("r50.l1 3x3 64-64", 64, 64, 56, 3, 1, 1),
+            resnet("r50.l1 1x1 64-256", 64, 256, 56, 1, 1, 0),
+            resnet("r50.l2 3x3/2 128", 128, 128, 56, 3, 2, 1),
+            resnet("r50.l2 3x3 128", 128, 128, 28, 3, 1, 1),
+            resnet("r50.l3 3x3 256", 256, 256, 14, 3, 1, 1),
+            resnet("r50.l3 1x1 256-1024", 256, 1024, 14, 1, 1, 0),
+            resnet("r50.l4 3x3 512", 512, 512, 7, 3, 1, 1),
+            resnet("r50.l4 1x1 512-2048", 512, 2048, 7, 1, 1, 0),
+        ]);
+    }
+    if args.set != ShapeSet::Resnet50 {
+        list.extend([
+            large("large 3x3 64 @256²", 16, 64, 64, 256, 3, 1, 1),
+            large("large 3x3 32 @128² b128", 128, 32, 32, 128, 3, 1, 1),
+            large("large 7x7 16 @512²", 8, 16, 16, 512, 7, 1, 3),
+        ]);
+    }
+    if let Some(only) = &args.only {
+        list.retain(|shape| shape.name.contains(only.as_str()));
+    }
+    list
+}
+
+struct Measured {
+    median: Duration,
+    reserve_rise: Option<u64>,
+}
+
+fn float<B: Backend>(tensor: Tensor<B, 4>) -> FloatTensor<B> {
+    tensor.into_primitive().tensor()
+}
+
+/// One forward + input-gradient + weight-gradient pass, synced.
+fn pass<B: Backend>(x: &Tensor<B, 4>, weight: &Tensor<B, 4>, grad: &Tensor<B, 4>, options: &ConvOptions<2>) {
+    let device = x.device();
+    let out = B::conv2d(float(x.clone()), float(weight.clone()), None, options.clone());
+    let x_grad =
+        B::conv2d_x_backward(float(x.clone()), float(weight.clone()), float(grad.clone()), options.clone());
+    let weight_grad =
+        B::conv2d_weight_backward(float(x.clone()), float(weight.clone()), float(grad.clone()), options.clone());
+    B::sync(&device).expect("device sync");
+    drop((out, x_grad, weight_grad));
+}
+
+fn measure<B: Backend + MemoryProbe>(shape: &Shape, args: &Args, device: &B::Device) -> Measured {
+    let options = ConvOptions::new([shape.stride; 2], [shape.padding; 2], [1, 1], 1);
+    let x = Tensor::<B, 4>::random(
+        [shape.batch, shape.in_channels, shape.side, shape.side],
+        Distribution::Normal(0.0, 1.0),
+        device,
+    );
+    let weight = Tensor::<B, 4>::random(
+        [shape.out_channels, shape.in_channels, shape.kernel, shape.kernel],
+        Distribution::Normal(0.0, 0.05),
+        device,
+    );
+    let out_side = (shape.side + 2 * shape.padding - shape.kernel) / shape.stride + 1;
+    let grad = Tensor::<B, 4>::random(
+        [shape.batch, shape.out_channels, out_side, out_side],
+        Distribution::Normal(0.0, 1.0),
+        device,
+    );
+    B::sync(device).expect("device sync");
+    for _ in 0..args.warmup {
+        pass(&x, &weight, &grad, &options);
+    }
+    B::release_unused(device);
+    let before = B::memory_sample(device);
+    pass(&x, &weight, &grad, &options);
+    let after = B::memory_sample(device);
+    let reserve_rise = before.zip(after).map(|(b, a)| a.bytes_reserved.saturating_sub(b.bytes_reserved));
+
+    let mut times: Vec<Duration> = (0..args.reps.max(1))
+        .map(|_| {
+            let start = Instant::now();
+            pass(&x, &weight, &grad, &options);
+            start.elapsed()
+        })
+        .collect();
+    times.sort();
+    Measured { median: times[times.len() / 2], reserve_rise }
+}
+
+fn memory(bytes: Option<u64>) -> String {
+    bytes.map_or_else(|| "n/a".to_string(), |b| format_bytes(b as f64))
+}
+
+fn run<B: ChunkedConv + MemoryProbe>(args: &Args, device: B::Device, elem_bytes: usize, label: &str) {
+    let list = shapes(args);
+    ConvBudget::set_global(ConvBudget::from_mib(args.budget_mib));
+    println!(
+        "\n{} vs {}, {label}, budget {} MiB, median of {} (after {} warm-up)\n",
+        <Lean<B> as Backend>::name(&device),
+        B::name(&device),
+        args.budget_mib,
+        args.reps,
+        args.warmup
+    );
+    println!(
+        "| shape | batch | stock ms | lean ms | lean/stock time | stock reserve rise | lean reserve rise | lean workspace (chunks) |"
+    );
+    println!("|---|---|---|---|---|---|---|---|");
+    let mut over_budget = 0;
+    for shape in &list {
+        eprintln!("… {} (batch {})", shape.name, shape.batch);
+        let stock = measure::<B>(shape, args, &device);
+        let lean = measure::<Lean<B>>(shape, args, &device);
+        let options = ConvOptions::new([shape.stride; 2], [shape.padding; 2], [1, 1], 1);
+        let plan = conv2d_plan::<B>(
+            [shape.batch, shape.in_channels, shape.side, shape.side],
+            [shape.out_channels, shape.in_channels, shape.kernel, shape.kernel],
+            &options,
+            elem_bytes,
+        );
+        if !plan.fits_budget() {
+            over_budget += 1;
+        }
+        println!(
+            "| {} | {} | {:.1} | {:.1} | {:.2} | {} | {} | {} ({}){} |",
+            shape.name,
+            shape.batch,
+            stock.median.as_secs_f64() * 1e3,
+            lean.median.as_secs_f64() * 1e3,
+            lean.median.as_secs_f64() / stock.median.as_secs_f64(),
+            memory(stock.reserve_rise),
+            memory(lean.reserve_rise),
+            format_bytes(plan.workspace_bytes as f64),
+            plan.chunks,
+            if plan.fits_budget() { "" } else { " over budget: one image" },
+        );
+    }
+    if over_budget > 0 {
+        println!(
+            "\n{over_budget} shape(s) need more than the budget for a single image; Lean runs those one image at a time."
+        );
+    }
+}
+
+fn run_cube<R: CubeRuntime, BT: BoolElement>(args: &Args, device: R::Device) {
+    fn typed<R: CubeRuntime, F: FloatElement, BT: BoolElement>(args: &Args, device: R::Device, label: &str) {
+        run::<CubeBackend<R, F, i32, BT>>(args, device, core::mem::size_of::<F>(), label);
+    }
+    match args.dtype {
+        Precision::F32 => typed::<R, f32, BT>(args, device, "f32"),
+        Precision::F16 => typed::<R, half::f16, BT>(args, device, "f16"),
+        Precision::Bf16 => typed::<R, half::bf16, BT>(args, device, "bf16"),
+    }
+}
+
+fn main() {
+    let args = Args::parse();
+    let selection = match select(&args.backend) {
+        Ok(selection) => selection,
+        Err(err) => {
+            eprintln!("error: {err}");
+            std::process::exit(err.exit_code());
+        }
+    };
+    eprintln!("{selection}");
+    match selection.chosen {
+        #[cfg(feature = "cuda")]
+        Chosen::Cuda { ordinal } => {
+            run_cube::<cubecl::cuda::CudaRuntime, u8>(&args, burn::backend::cuda::CudaDevice::new(ordinal))
+        }
+        Chosen::Wgpu { device, .. } => run_cube::<burn::backend::wgpu::WgpuRuntime, u32>(&args, device),
+        Chosen::Cpu => {
+            if args.dtype != Precision::F32 {
+                eprintln!("note: the CPU backend runs f32");
+            }
+            run::<NdArray>(&args, Default::default(), 4, "f32")
+        }
+    }
+}

@@ -1,0 +1,171 @@
+//! Device-memory bounds of `Lean<B>` convolutions, measured on a real CubeCL pool (wgpu;
+//! llvmpipe in CI).
+//!
+//! What is measured: the pool's `bytes_reserved` after a trim. CubeCL's pool never gives
+//! pages back on its own, so the reserve after an operation is the high-water mark of what
+//! the operation needed, rounded up to the pool's pages. On llvmpipe the smallest pages
+//! are 8 MiB, so every bound below carries a slack of two such pages ([`PAGE_SLACK`]).
+//!
+//! Stock Burn 0.21 on CubeCL runs convolutions as direct or implicit-GEMM kernels with no
+//! column matrix, so it is not a baseline that `Lean` can undercut here; the side-by-side
+//! comparison with stock lives in `benches/conv.rs`. These tests check the promise `Lean`
+//! makes: the transient workspace stays within the budget, whatever the batch, and
+//! nothing stays on the device between calls.
+
+mod common;
+
+use burn::backend::wgpu::{WgpuDevice, WgpuRuntime};
+use burn::backend::Autodiff;
+use burn::module::Module;
+use burn::optim::{AdamConfig, GradientsParams, Optimizer};
+use burn::prelude::*;
+use burn::tensor::module::conv2d;
+use burn::tensor::ops::ConvOptions;
+use burn::tensor::Distribution;
+use burn_cubecl::CubeBackend;
+use common::{exclusive_device, image_batch, wgpu_device, CLASSES};
+use leanburn::backend::{ConvBudget, Lean};
+use leanburn::memory::{MemoryProbe, MemorySample};
+use leanburn::model::SmallCnnConfig;
+
+type Cube = CubeBackend<WgpuRuntime, f32, i32, u32>;
+type B = Autodiff<Lean<Cube>>;
+
+const MIB: u64 = 1024 * 1024;
+/// Pool-page rounding: two of llvmpipe's smallest (8 MiB) pages.
+const PAGE_SLACK: u64 = 16 * MIB;
+const BUDGET_MIB: usize = 8;
+
+/// 320 images of 4×32×32 through a 7×7 convolution (padding 3) to 4 channels: the full
+/// column matrix would be 196 rows × 327,680 columns × 4 B = 245 MiB, while the input
+/// and the output are 5 MiB each.
+const BATCH: usize = 320;
+const CHANNELS: usize = 4;
+const SIDE: usize = 32;
+const KERNEL: usize = 7;
+
+fn sample(device: &WgpuDevice) -> MemorySample {
+    B::memory_sample(device).expect("wgpu memory could not be read: nothing would be measured")
+}
+
+fn image_bytes() -> u64 {
+    (BATCH * CHANNELS * SIDE * SIDE * 4) as u64
+}
+
+fn full_column_bytes() -> u64 {
+    (CHANNELS * KERNEL * KERNEL * BATCH * SIDE * SIDE * 4) as u64
+}
+
+/// Runs conv2d forward and backward on `B` and returns how far the reserve rose above the
+/// reserve that held the input and weight, and the gradients (so they count as live).
+/// `transient` (bytes) is allocated and dropped mid-way: the control's stand-in for a
+/// workspace that ignores the budget.
+fn reserve_rise(device: &WgpuDevice, transient: Option<usize>) -> u64 {
+    B::release_unused(device);
+    let x = Tensor::<B, 4>::random([BATCH, CHANNELS, SIDE, SIDE], Distribution::Normal(0.0, 1.0), device)
+        .require_grad();
+    let weight = Tensor::<B, 4>::random([CHANNELS, CHANNELS, KERNEL, KERNEL], Distribution::Normal(0.0, 0.1), device)
+        .require_grad();
+    let before = sample(device);
+
+    let output = conv2d(
+        x.clone(),
+        weight.clone(),
+        None,
+        ConvOptions::new([1, 1], [KERNEL / 2, KERNEL / 2], [1, 1], 1),
+    );
+    if let Some(bytes) = transient {
+        let workspace = Tensor::<B, 1>::zeros([bytes / 4], device);
+        let _ = sample(device);
+        drop(workspace);
+    }
+    let grads = output.sum().backward();
+    let x_grad = x.grad(&grads).expect("input gradient");
+    let weight_grad = weight.grad(&grads).expect("weight gradient");
+    let after = sample(device);
+    assert!(x_grad.dims() == x.dims() && weight_grad.dims() == weight.dims());
+    after.bytes_reserved.saturating_sub(before.bytes_reserved)
+}
+
+/// What must exist besides the workspace: the output, its gradient and the input gradient
+/// (the weight gradient is a few KiB).
+fn required_bytes() -> u64 {
+    3 * image_bytes() + (CHANNELS * CHANNELS * KERNEL * KERNEL * 4) as u64
+}
+
+fn bound() -> u64 {
+    required_bytes() + BUDGET_MIB as u64 * MIB + PAGE_SLACK
+}
+
+#[test]
+fn conv_forward_and_backward_stay_within_budget_plus_required_tensors() {
+    let _guard = exclusive_device();
+    let device = wgpu_device();
+    ConvBudget::set_global(ConvBudget::from_mib(BUDGET_MIB));
+    assert!(full_column_bytes() > 240 * MIB, "the shape must need a large column matrix");
+
+    let rise = reserve_rise(&device, None);
+    println!(
+        "full im2col would be {} MiB; reserve rose {} MiB; bound {} MiB",
+        full_column_bytes() / MIB,
+        rise / MIB,
+        bound() / MIB
+    );
+    assert!(
+        rise <= bound(),
+        "conv fwd+bwd under an {BUDGET_MIB} MiB budget raised the reserve by {rise} B, more than \
+         required tensors {} B + budget + slack {PAGE_SLACK} B",
+        required_bytes()
+    );
+}
+
+/// The control: a 64 MiB transient on top of the same work, what a conv ignoring the
+/// budget would hold, shows up in the same measurement and breaks the same bound.
+#[test]
+fn control_a_workspace_over_budget_breaks_the_bound() {
+    let _guard = exclusive_device();
+    let device = wgpu_device();
+    ConvBudget::set_global(ConvBudget::from_mib(BUDGET_MIB));
+    let rise = reserve_rise(&device, Some(64 * MIB as usize));
+    assert!(
+        rise > bound(),
+        "a 64 MiB transient raised the reserve by only {rise} B (bound {} B): the measurement \
+         would not catch a budget overrun",
+        bound()
+    );
+}
+
+/// After training and dropping the batch, the pool holds the parameters and Adam's two
+/// moments: no convolution buffers, no cached column matrices.
+#[test]
+fn after_training_only_parameters_and_optimizer_state_stay_in_use() {
+    let _guard = exclusive_device();
+    let device = wgpu_device();
+    ConvBudget::set_global(ConvBudget::from_mib(BUDGET_MIB));
+    B::release_unused(&device);
+    let baseline = sample(&device).bytes_in_use;
+
+    let mut model = SmallCnnConfig::new().with_classes(CLASSES).with_width(16).init::<B>(&device);
+    let mut optimizer = AdamConfig::new().init::<B, _>();
+    for step in 0..5 {
+        let (images, labels) = image_batch::<B>(16, 32, step, &device);
+        let loss = model.loss(images, labels);
+        let grads = GradientsParams::from_grads(loss.backward(), &model);
+        model = optimizer.step(1e-3, model, grads);
+    }
+    let params = model.num_params() as u64;
+    let in_use = sample(&device).bytes_in_use - baseline;
+    // Parameters plus Adam's first and second moments, 4 bytes each.
+    let expected = 3 * params * 4;
+    // Six parameter tensors, three copies each; each allocation may be rounded up to the
+    // pool's alignment.
+    let slack = 3 * 6 * 256;
+    println!("in use after training: {in_use} B; parameters + Adam state: {expected} B");
+    assert!(
+        in_use >= expected && in_use <= expected + slack,
+        "after training, {in_use} B are in use; parameters + Adam state need {expected} B \
+         (+ {slack} B alignment slack)"
+    );
+    drop((model, optimizer));
+    assert_eq!(sample(&device).bytes_in_use, baseline, "dropping the model and optimizer frees everything");
+}
