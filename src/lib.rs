@@ -3,10 +3,13 @@
 //! - [`select`]: choose CUDA, wgpu or the CPU at run time and run generic code there.
 //! - [`memory`]: read device memory every step, track the peak, detect leaks, trim the pool.
 //! - [`model`]: small reference models used by the examples and the memory tests.
+//! - [`trainer`]: hybrid training, full steps alternating with predicted forward-only steps
+//!   on the inner backend, with a loss guard, rollback and atomic checkpoints.
 
 pub mod backend;
 pub mod memory;
 pub mod model;
 pub mod select;
+pub mod trainer;
 
 pub use burn;

@@ -7,6 +7,8 @@ use burn::nn::loss::CrossEntropyLossConfig;
 use burn::nn::pool::{AdaptiveAvgPool2d, AdaptiveAvgPool2dConfig};
 use burn::nn::{Linear, LinearConfig, PaddingConfig2d, Relu};
 use burn::prelude::*;
+use burn::tensor::backend::AutodiffBackend;
+use burn::train::{ClassificationOutput, InferenceStep, TrainOutput, TrainStep};
 
 #[derive(Config, Debug)]
 pub struct SmallCnnConfig {
@@ -53,9 +55,39 @@ impl<B: Backend> SmallCnn<B> {
         self.head.forward(x.flatten(1, 3))
     }
 
+    /// Logits and mean cross-entropy, as Burn's learners expect them.
+    pub fn classify(&self, images: Tensor<B, 4>, labels: Tensor<B, 1, Int>) -> ClassificationOutput<B> {
+        let output = self.forward(images);
+        let loss = CrossEntropyLossConfig::new()
+            .init(&output.device())
+            .forward(output.clone(), labels.clone());
+        ClassificationOutput::new(loss, output, labels)
+    }
+
     /// Mean cross-entropy of the logits against integer class `labels`.
     pub fn loss(&self, images: Tensor<B, 4>, labels: Tensor<B, 1, Int>) -> Tensor<B, 1> {
         let logits = self.forward(images);
         CrossEntropyLossConfig::new().init(&logits.device()).forward(logits, labels)
+    }
+}
+
+/// Forward + backward on `(images, labels)`, for `HybridTrainer` and Burn's learners.
+impl<B: AutodiffBackend> TrainStep for SmallCnn<B> {
+    type Input = (Tensor<B, 4>, Tensor<B, 1, Int>);
+    type Output = ClassificationOutput<B>;
+
+    fn step(&self, (images, labels): Self::Input) -> TrainOutput<ClassificationOutput<B>> {
+        let item = self.classify(images, labels);
+        TrainOutput::new(self, item.loss.backward(), item)
+    }
+}
+
+/// Forward only, on any backend (the trainer's predict steps run it on the inner one).
+impl<B: Backend> InferenceStep for SmallCnn<B> {
+    type Input = (Tensor<B, 4>, Tensor<B, 1, Int>);
+    type Output = ClassificationOutput<B>;
+
+    fn step(&self, (images, labels): Self::Input) -> ClassificationOutput<B> {
+        self.classify(images, labels)
     }
 }

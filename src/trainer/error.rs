@@ -1,0 +1,68 @@
+//! What can go wrong while training, saving or resuming.
+
+use std::path::PathBuf;
+
+use super::config::ConfigError;
+
+/// An error of the hybrid trainer.
+#[derive(Debug, thiserror::Error)]
+pub enum TrainerError {
+    /// The configuration or learning-rate schedule breaks a rule.
+    #[error("invalid trainer configuration: {0}")]
+    Config(#[from] ConfigError),
+    /// A file or directory could not be read or written.
+    #[error("I/O error on {}: {source}", .path.display())]
+    Io {
+        /// The file or directory.
+        path: PathBuf,
+        /// The underlying error.
+        source: std::io::Error,
+    },
+    /// A checkpoint is missing, incomplete or corrupt, or cannot be written now.
+    #[error("checkpoint {}: {reason}", .path.display())]
+    Checkpoint {
+        /// The checkpoint directory (or the file in it that is at fault).
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
+    /// Burn's recorder could not encode or decode a record.
+    #[error("record error: {0}")]
+    Record(String),
+    /// A full step produced a NaN or infinite loss. Its gradients were dropped and the
+    /// model, optimizer and trainer state are exactly as before the step.
+    #[error("full step {step} produced a non-finite loss ({loss}); the update was not applied")]
+    NonFiniteLoss {
+        /// The trainer step (0-based).
+        step: usize,
+        /// The loss.
+        loss: f64,
+    },
+    /// The model is gone: an earlier step panicked while it was out of the trainer.
+    #[error("the model was lost when an earlier step panicked; rebuild the trainer")]
+    ModelLost,
+}
+
+impl TrainerError {
+    /// An [`Io`](Self::Io) error about `path`.
+    pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        TrainerError::Io {
+            path: path.into(),
+            source,
+        }
+    }
+
+    /// A [`Checkpoint`](Self::Checkpoint) error about `path`.
+    pub fn checkpoint(path: impl Into<PathBuf>, reason: impl Into<String>) -> Self {
+        TrainerError::Checkpoint {
+            path: path.into(),
+            reason: reason.into(),
+        }
+    }
+}
+
+impl From<burn::record::RecorderError> for TrainerError {
+    fn from(err: burn::record::RecorderError) -> Self {
+        TrainerError::Record(err.to_string())
+    }
+}

@@ -1,0 +1,475 @@
+//! The trainer: runs each step as its phase says and keeps the books.
+
+use std::marker::PhantomData;
+use std::path::Path;
+use std::time::Instant;
+
+use burn::module::AutodiffModule;
+use burn::optim::Optimizer;
+use burn::tensor::backend::{AutodiffBackend, Backend};
+use burn::tensor::ElementConversion;
+use burn::train::{InferenceStep, TrainOutput, TrainStep};
+
+use super::calibration::{after_rollback, blended_confidence, calibrated_scale};
+use super::checkpoint::DEFAULT_KEEP;
+use super::config::HybridConfig;
+use super::error::TrainerError;
+use super::guard::{GuardVerdict, LossGuard, RollbackReason};
+use super::lr::LrSchedule;
+use super::params::{self, Alignment, ParamUpdates};
+use super::phase::{Phase, PhaseSchedule};
+use super::predictor::UpdatePredictor;
+use super::record::{JsonlWriter, StepRecord};
+use super::snapshot::Snapshot;
+use super::statistics::TrainerStatistics;
+use super::step::{HybridBatch, StepLoss};
+use crate::memory::MemoryProbe;
+
+/// The weights and learning-rate position at the start of the current predict block.
+pub(super) struct BlockStart<B: Backend> {
+    pub(super) snapshot: Snapshot<B>,
+    pub(super) optimizer_step: usize,
+}
+
+/// What a step's body hands back to [`HybridTrainer::step`].
+struct StepOutcome {
+    loss: f64,
+    lr: f64,
+    optimizer_step: usize,
+    rolled_back: bool,
+    alignment: Option<Alignment>,
+}
+
+/// Alternates full training steps with predicted ones; see the [module docs](super).
+///
+/// `B` is the autodiff backend, `M` the model on it, `O` a Burn optimizer for `M`, and `T`
+/// the batch type its [`TrainStep`] takes.
+pub struct HybridTrainer<B, M, O, T>
+where
+    B: AutodiffBackend,
+    M: AutodiffModule<B>,
+{
+    /// Out of the trainer only while a step moves it through the optimizer or predictor.
+    pub(super) model: Option<M>,
+    pub(super) optimizer: O,
+    pub(super) config: HybridConfig,
+    pub(super) lr: LrSchedule,
+    pub(super) schedule: PhaseSchedule,
+    pub(super) predictor: UpdatePredictor<B::InnerBackend>,
+    pub(super) guard: LossGuard,
+    pub(super) scale: f64,
+    pub(super) confidence: f64,
+    pub(super) block: Option<BlockStart<B::InnerBackend>>,
+    pub(super) awaiting_calibration: bool,
+    pub(super) step: usize,
+    pub(super) optimizer_step: usize,
+    pub(super) device: B::Device,
+    pub(super) metrics: Option<JsonlWriter>,
+    pub(super) statistics: TrainerStatistics,
+    pub(super) keep_checkpoints: usize,
+    pub(super) batch: PhantomData<fn(T)>,
+}
+
+impl<B, M, O, T> HybridTrainer<B, M, O, T>
+where
+    B: AutodiffBackend + MemoryProbe,
+    M: AutodiffModule<B> + TrainStep<Input = T>,
+    <M as TrainStep>::Output: StepLoss<B>,
+    M::InnerModule: InferenceStep<Input = T::Inner>,
+    <M::InnerModule as InferenceStep>::Output: StepLoss<B::InnerBackend>,
+    O: Optimizer<M, B>,
+    T: HybridBatch<B>,
+{
+    /// A trainer at step 0 (warmup first). Fails if `config` or `lr` breaks a rule.
+    pub fn new(
+        model: M,
+        optimizer: O,
+        config: HybridConfig,
+        lr: LrSchedule,
+        device: B::Device,
+    ) -> Result<Self, TrainerError> {
+        config.validate()?;
+        lr.validate()?;
+        Ok(Self {
+            model: Some(model),
+            optimizer,
+            lr,
+            schedule: PhaseSchedule::new(&config),
+            predictor: UpdatePredictor::new(config.ema_decay, config.predictor_precision),
+            guard: LossGuard::new(config.running_loss_decay, config.loss_tolerance),
+            scale: config.initial_scale,
+            confidence: config.initial_confidence,
+            block: None,
+            awaiting_calibration: false,
+            step: 0,
+            optimizer_step: 0,
+            device,
+            metrics: None,
+            statistics: TrainerStatistics::default(),
+            keep_checkpoints: DEFAULT_KEEP,
+            batch: PhantomData,
+            config,
+        })
+    }
+
+    /// Writes every step's record to a new JSON-lines file at `path` (truncating it).
+    pub fn with_metrics(mut self, path: impl AsRef<Path>) -> Result<Self, TrainerError> {
+        self.metrics = Some(JsonlWriter::create(path)?);
+        Ok(self)
+    }
+
+    /// Appends every step's record to the JSON-lines file at `path`, as a resumed run does.
+    pub fn with_metrics_appended(mut self, path: impl AsRef<Path>) -> Result<Self, TrainerError> {
+        self.metrics = Some(JsonlWriter::append(path)?);
+        Ok(self)
+    }
+
+    /// Keeps the newest `keep` checkpoints (at least one) when saving; default 2.
+    pub fn with_checkpoints_kept(mut self, keep: usize) -> Self {
+        self.keep_checkpoints = keep.max(1);
+        self
+    }
+
+    /// The model as it is now.
+    ///
+    /// # Panics
+    ///
+    /// Only if an earlier step panicked (and the panic was caught) while the model was out
+    /// of the trainer.
+    pub fn model(&self) -> &M {
+        self.model
+            .as_ref()
+            .expect("the model is only missing after a step panicked")
+    }
+
+    /// Hands the model back.
+    ///
+    /// # Panics
+    ///
+    /// As [`model`](Self::model).
+    pub fn into_model(self) -> M {
+        self.model
+            .expect("the model is only missing after a step panicked")
+    }
+
+    /// The optimizer and its state.
+    pub fn optimizer(&self) -> &O {
+        &self.optimizer
+    }
+
+    /// The phase of the next step.
+    pub fn phase(&self) -> Phase {
+        self.schedule.current()
+    }
+
+    /// Steps taken.
+    pub fn steps_taken(&self) -> usize {
+        self.step
+    }
+
+    /// The learning-rate schedule's position.
+    pub fn optimizer_step(&self) -> usize {
+        self.optimizer_step
+    }
+
+    /// The multiplier on predicted updates.
+    pub fn scale(&self) -> f64 {
+        self.scale
+    }
+
+    /// The confidence in the predictor, in `[0, 1]`.
+    pub fn confidence(&self) -> f64 {
+        self.confidence
+    }
+
+    /// Predict steps the next block will have.
+    pub fn horizon(&self) -> usize {
+        self.schedule.horizon()
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &HybridConfig {
+        &self.config
+    }
+
+    /// The update predictor: what the next predict step will apply is
+    /// `scale() · predictor().predict(lr_schedule().at(optimizer_step()))`.
+    pub fn predictor(&self) -> &UpdatePredictor<B::InnerBackend> {
+        &self.predictor
+    }
+
+    /// The learning-rate schedule.
+    pub fn lr_schedule(&self) -> &LrSchedule {
+        &self.lr
+    }
+
+    /// The device batches and tensors live on.
+    pub fn device(&self) -> &B::Device {
+        &self.device
+    }
+
+    /// Whether a checkpoint can be written now: not in the middle of a predict block,
+    /// where the weights are predictions the guard has not finished judging.
+    pub fn can_checkpoint(&self) -> bool {
+        self.block.is_none()
+    }
+
+    /// Totals so far, with the predictor's current size and the running loss.
+    pub fn statistics(&self) -> TrainerStatistics {
+        let mut statistics = self.statistics.clone();
+        statistics.running_loss = self.guard.running();
+        statistics.predictor_bytes = self.predictor.bytes();
+        statistics
+    }
+
+    /// Runs one step of the current phase and returns its record.
+    ///
+    /// On [`TrainerError::NonFiniteLoss`] nothing changed: not the model, not the
+    /// optimizer, not the schedule; the caller may skip the batch or stop. A rejected
+    /// predicted step is not an error: its record says `rolled_back`. An error writing the
+    /// metrics line is returned after the step has been applied.
+    pub fn step(&mut self, batch: T) -> Result<StepRecord, TrainerError> {
+        if self.schedule.current() == Phase::Predict && !self.predictor.is_ready() {
+            // Unreachable through the gate, which needs a ready predictor; a hand-edited
+            // checkpoint could get here. Fall back to full steps.
+            self.schedule.rollback(&self.config);
+        }
+        let phase = self.schedule.current();
+        let span = tracing::info_span!(
+            "step",
+            step = self.step,
+            phase = %phase,
+            loss = tracing::field::Empty,
+            rolled_back = tracing::field::Empty
+        );
+        let _entered = span.enter();
+
+        let items = batch.items();
+        let started = Instant::now();
+        let outcome = match phase {
+            Phase::Predict => self.predict_step(batch)?,
+            _ => self.full_step(phase, batch)?,
+        };
+        if let Err(err) = <B as Backend>::sync(&self.device) {
+            tracing::warn!(%err, "device sync after the step failed");
+        }
+        let seconds = started.elapsed().as_secs_f64();
+        let memory = B::memory_sample(&self.device);
+
+        if !outcome.rolled_back {
+            let gate = if self.predictor.is_ready() {
+                self.confidence
+            } else {
+                f64::NAN
+            };
+            self.schedule.advance(&self.config, gate);
+        }
+        if phase == Phase::Predict && self.schedule.current() != Phase::Predict {
+            // The block is over: accepted (calibrate next) or already rolled back.
+            self.block = None;
+            self.awaiting_calibration = !outcome.rolled_back;
+        }
+
+        let record = StepRecord {
+            step: self.step,
+            optimizer_step: outcome.optimizer_step,
+            phase,
+            loss: outcome.loss,
+            lr: outcome.lr,
+            seconds,
+            items,
+            items_per_second: if seconds > 0.0 {
+                items as f64 / seconds
+            } else {
+                0.0
+            },
+            memory,
+            predicted: phase == Phase::Predict,
+            rolled_back: outcome.rolled_back,
+            scale: self.scale,
+            confidence: self.confidence,
+            horizon: self.schedule.horizon(),
+            cosine: outcome.alignment.map(|a| a.cosine),
+            norm_ratio: outcome.alignment.map(|a| a.norm_ratio),
+        };
+        self.step += 1;
+        self.statistics.observe(&record);
+        span.record("loss", record.loss);
+        span.record("rolled_back", record.rolled_back);
+        tracing::debug!(
+            loss = record.loss,
+            lr = record.lr,
+            seconds = record.seconds,
+            bytes_in_use = record.memory.map(|m| m.bytes_in_use),
+            "step done"
+        );
+        if let Some(metrics) = self.metrics.as_mut() {
+            metrics.write(&record)?;
+        }
+        Ok(record)
+    }
+
+    /// Runs up to `steps` steps, fewer if `batches` ends first, calling `on_step` after
+    /// each one, and returns the totals.
+    pub fn run<I>(
+        &mut self,
+        batches: I,
+        steps: usize,
+        mut on_step: impl FnMut(&StepRecord),
+    ) -> Result<TrainerStatistics, TrainerError>
+    where
+        I: IntoIterator<Item = T>,
+    {
+        for batch in batches.into_iter().take(steps) {
+            let record = self.step(batch)?;
+            on_step(&record);
+        }
+        Ok(self.statistics())
+    }
+
+    /// Forward, backward, optimizer; then the real update feeds the predictor.
+    fn full_step(&mut self, phase: Phase, batch: T) -> Result<StepOutcome, TrainerError> {
+        let model = self.model.take().ok_or(TrainerError::ModelLost)?;
+        let TrainOutput { grads, item } = <M as TrainStep>::step(&model, batch);
+        let loss = StepLoss::<B>::loss(&item).into_scalar().elem::<f64>();
+        drop(item);
+        if !loss.is_finite() {
+            drop(grads);
+            self.model = Some(model);
+            return Err(TrainerError::NonFiniteLoss {
+                step: self.step,
+                loss,
+            });
+        }
+
+        let optimizer_step = self.optimizer_step;
+        let lr = self.lr.at(optimizer_step);
+        // Holding the old tensors keeps them alive through the update: one transient copy.
+        let before = params::collect(&model.valid());
+        let model = <M as TrainStep>::optimize::<B, O>(model, &mut self.optimizer, lr, grads);
+        let after = params::collect(&model.valid());
+        self.model = Some(model);
+        let deltas = params::differences(&after, &before);
+        drop((before, after));
+
+        let alignment = self.measure_if_due(phase, &deltas, lr);
+        self.predictor.observe(&deltas, lr);
+        self.guard.observe_full(loss);
+        self.optimizer_step += 1;
+        Ok(StepOutcome {
+            loss,
+            lr,
+            optimizer_step,
+            rolled_back: false,
+            alignment,
+        })
+    }
+
+    /// Compares the real update with the prediction for this step, when the schedule
+    /// calls for it, and learns from the comparison:
+    ///
+    /// - the first correct step after a block calibrates scale, confidence and horizon;
+    /// - the last warmup/full step before the gate, while the confidence is below
+    ///   `min_confidence`, re-measures the confidence (otherwise a closed gate could
+    ///   never reopen).
+    fn measure_if_due(
+        &mut self,
+        phase: Phase,
+        deltas: &ParamUpdates<B::InnerBackend>,
+        lr: f64,
+    ) -> Option<Alignment> {
+        let calibrating = phase == Phase::Correct && self.awaiting_calibration;
+        let probing = matches!(phase, Phase::Warmup | Phase::Full)
+            && self.schedule.is_last_of_phase()
+            && self.confidence < self.config.min_confidence;
+        if calibrating {
+            self.awaiting_calibration = false;
+        }
+        if !(calibrating || probing) || !self.predictor.is_ready() {
+            return None;
+        }
+        let predicted = self.predictor.predict(lr);
+        let raw = params::alignment(deltas, &predicted)?;
+        // Relative to what a predict step applies: scale · lr · m.
+        let alignment = Alignment {
+            cosine: raw.cosine,
+            norm_ratio: raw.norm_ratio / self.scale,
+        };
+        self.confidence = blended_confidence(self.confidence, alignment.cosine);
+        if calibrating {
+            self.scale = calibrated_scale(self.scale, alignment, &self.config);
+            self.schedule.calibrate(&self.config, alignment.cosine);
+        }
+        Some(alignment)
+    }
+
+    /// Applies the predicted update and runs the inner model forward for the loss; the
+    /// autodiff graph is never touched.
+    fn predict_step(&mut self, batch: T) -> Result<StepOutcome, TrainerError> {
+        let model = self.model.take().ok_or(TrainerError::ModelLost)?;
+        if self.block.is_none() {
+            let snapshot = Snapshot::take(&model.valid(), self.config.snapshot);
+            self.statistics.snapshot_bytes = self.statistics.snapshot_bytes.max(snapshot.bytes());
+            self.block = Some(BlockStart {
+                snapshot,
+                optimizer_step: self.optimizer_step,
+            });
+        }
+
+        // Predicted steps advance the learning-rate schedule like real ones, so a long run
+        // follows the same schedule whatever share of it was predicted.
+        let optimizer_step = self.optimizer_step;
+        let lr = self.lr.at(optimizer_step);
+        let prediction = self.predictor.predict(lr);
+        let model = params::apply_update::<B, M>(model, &prediction, self.scale);
+        drop(prediction);
+        let inner = model.valid();
+        self.model = Some(model);
+
+        let output = <M::InnerModule as InferenceStep>::step(&inner, batch.into_inner());
+        let loss = StepLoss::<B::InnerBackend>::loss(&output)
+            .into_scalar()
+            .elem::<f64>();
+        drop(output);
+        drop(inner);
+        self.optimizer_step += 1;
+
+        let rolled_back = match self.guard.check_predict(loss) {
+            GuardVerdict::Accept => false,
+            GuardVerdict::RollBack(reason) => {
+                self.roll_back(reason)?;
+                true
+            }
+        };
+        Ok(StepOutcome {
+            loss,
+            lr,
+            optimizer_step,
+            rolled_back,
+            alignment: None,
+        })
+    }
+
+    /// Restores the block's starting weights and schedule position, forces a cooldown and
+    /// trusts the predictor less.
+    fn roll_back(&mut self, reason: RollbackReason) -> Result<(), TrainerError> {
+        let model = self.model.take().ok_or(TrainerError::ModelLost)?;
+        self.model = Some(match self.block.take() {
+            Some(block) => {
+                self.optimizer_step = block.optimizer_step;
+                block.snapshot.restore::<B, M>(model)
+            }
+            None => model,
+        });
+        self.schedule.rollback(&self.config);
+        (self.confidence, self.scale) = after_rollback(self.confidence, self.scale, &self.config);
+        tracing::warn!(
+            step = self.step,
+            %reason,
+            confidence = self.confidence,
+            scale = self.scale,
+            "predicted block rolled back"
+        );
+        Ok(())
+    }
+}

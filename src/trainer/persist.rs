@@ -1,0 +1,188 @@
+//! Saving a trainer to a checkpoint and resuming one from it.
+//!
+//! Model, optimizer, and the trainer state with the predictor, are encoded with Burn's
+//! `NamedMpkBytesRecorder` at full precision: its decoder reports corrupt bytes as an
+//! error, where the bincode recorder would panic, and MessagePack keeps every float
+//! exact. The state is also written to `trainer.json` for people (see `checkpoint.rs`).
+
+use std::marker::PhantomData;
+use std::path::{Path, PathBuf};
+
+use burn::module::{AutodiffModule, Module};
+use burn::optim::Optimizer;
+use burn::record::{FullPrecisionSettings, NamedMpkBytesRecorder, Recorder};
+use burn::tensor::backend::AutodiffBackend;
+use burn::train::{InferenceStep, TrainStep};
+use serde::{Deserialize, Serialize};
+
+use super::checkpoint::{self, CheckpointPayload, TrainerState, DEFAULT_KEEP, STATE_FORMAT};
+use super::error::TrainerError;
+use super::hybrid::HybridTrainer;
+use super::predictor::{PredictorState, UpdatePredictor};
+use super::step::{HybridBatch, StepLoss};
+use crate::memory::MemoryProbe;
+
+type CheckpointRecorder = NamedMpkBytesRecorder<FullPrecisionSettings>;
+
+/// The content of `trainer.bin`.
+#[derive(Serialize, Deserialize)]
+struct TrainerBinary {
+    state: TrainerState,
+    predictor: PredictorState,
+}
+
+impl<B, M, O, T> HybridTrainer<B, M, O, T>
+where
+    B: AutodiffBackend + MemoryProbe,
+    M: AutodiffModule<B> + TrainStep<Input = T>,
+    <M as TrainStep>::Output: StepLoss<B>,
+    M::InnerModule: InferenceStep<Input = T::Inner>,
+    <M::InnerModule as InferenceStep>::Output: StepLoss<B::InnerBackend>,
+    O: Optimizer<M, B>,
+    T: HybridBatch<B>,
+{
+    /// Everything about the trainer that is not a tensor.
+    pub fn state(&self) -> TrainerState {
+        TrainerState {
+            format: STATE_FORMAT,
+            step: self.step,
+            optimizer_step: self.optimizer_step,
+            schedule: self.schedule.clone(),
+            scale: self.scale,
+            confidence: self.confidence,
+            awaiting_calibration: self.awaiting_calibration,
+            guard: self.guard.clone(),
+            config: self.config.clone(),
+            lr: self.lr.clone(),
+            seed: self.config.seed,
+            statistics: self.statistics(),
+        }
+    }
+
+    /// Writes a checkpoint of the current step into `dir` and returns its directory. The
+    /// layout (`ckpt-XXXXXXXX/` with `model.bin`, `optimizer.bin`, `trainer.bin`,
+    /// `trainer.json`, and a `latest` pointer) is described in `docs/trainer.md`; each
+    /// checkpoint appears atomically, and only the newest two are kept (see
+    /// [`with_checkpoints_kept`](Self::with_checkpoints_kept)).
+    ///
+    /// Refused inside a predict block ([`can_checkpoint`](Self::can_checkpoint) is
+    /// false): the weights there are predictions the guard may still roll back. Between
+    /// blocks, including right after an accepted one, it always succeeds unless the disk
+    /// fails. Reads every tensor back to the host (a sync).
+    pub fn save_checkpoint(&self, dir: impl AsRef<Path>) -> Result<PathBuf, TrainerError> {
+        let dir = dir.as_ref();
+        if !self.can_checkpoint() {
+            return Err(TrainerError::checkpoint(
+                dir,
+                "inside a predict block: the weights are unverified predictions; \
+                 save between blocks (see `can_checkpoint`)",
+            ));
+        }
+        let model = self.model.as_ref().ok_or(TrainerError::ModelLost)?;
+        let recorder = CheckpointRecorder::default();
+        let model_record = <M as Module<B>>::into_record(model.clone());
+        let model = <CheckpointRecorder as Recorder<B>>::record(&recorder, model_record, ())?;
+        let optimizer_record = <O as Optimizer<M, B>>::to_record(&self.optimizer);
+        let optimizer =
+            <CheckpointRecorder as Recorder<B>>::record(&recorder, optimizer_record, ())?;
+        let state = self.state();
+        let binary = TrainerBinary {
+            state: state.clone(),
+            predictor: self.predictor.to_record(),
+        };
+        let trainer = <CheckpointRecorder as Recorder<B>>::save_item(&recorder, binary, ())?;
+        let payload = CheckpointPayload {
+            model,
+            optimizer,
+            trainer,
+            state,
+        };
+        checkpoint::save(dir, &payload, self.keep_checkpoints)
+    }
+
+    /// Rebuilds a trainer from the newest checkpoint in `dir`.
+    ///
+    /// `model_template` and `optimizer` must be built the way the saved ones were (same
+    /// architecture, same optimizer type); their values are replaced by the saved ones.
+    /// The run continues exactly where it stopped: same step, phase, horizon, scale,
+    /// confidence, running loss, predictor and learning-rate position. Step records are
+    /// not written until [`with_metrics_appended`](Self::with_metrics_appended) is called.
+    pub fn resume(
+        model_template: M,
+        optimizer: O,
+        dir: impl AsRef<Path>,
+        device: B::Device,
+    ) -> Result<Self, TrainerError> {
+        let (path, payload) = checkpoint::load_latest(dir.as_ref())?;
+        let CheckpointPayload {
+            model,
+            optimizer: optimizer_bytes,
+            trainer,
+            state: readable,
+        } = payload;
+        let undecodable = |file: &str, err: burn::record::RecorderError| {
+            TrainerError::checkpoint(path.join(file), format!("cannot be decoded: {err}"))
+        };
+        let mut trainer_bytes = trainer;
+        let binary: TrainerBinary = <CheckpointRecorder as Recorder<B>>::load_item(
+            &CheckpointRecorder::default(),
+            &mut trainer_bytes,
+        )
+        .map_err(|err| undecodable("trainer.bin", err))?;
+        let TrainerBinary {
+            state,
+            predictor: predictor_state,
+        } = binary;
+        if state.step != readable.step || state.optimizer_step != readable.optimizer_step {
+            return Err(TrainerError::checkpoint(
+                &path,
+                format!(
+                    "trainer.bin (step {}) and trainer.json (step {}) disagree",
+                    state.step, readable.step
+                ),
+            ));
+        }
+        state.config.validate()?;
+        state.lr.validate()?;
+
+        let recorder = CheckpointRecorder::default();
+        let model_record = <CheckpointRecorder as Recorder<B>>::load::<<M as Module<B>>::Record>(
+            &recorder, model, &device,
+        )
+        .map_err(|err| undecodable("model.bin", err))?;
+        let model = <M as Module<B>>::load_record(model_template, model_record);
+        let optimizer_record = <CheckpointRecorder as Recorder<B>>::load::<
+            <O as Optimizer<M, B>>::Record,
+        >(&recorder, optimizer_bytes, &device)
+        .map_err(|err| undecodable("optimizer.bin", err))?;
+        let optimizer = <O as Optimizer<M, B>>::load_record(optimizer, optimizer_record);
+        let predictor = UpdatePredictor::from_record(predictor_state, &device);
+
+        tracing::info!(
+            checkpoint = %path.display(),
+            step = state.step,
+            phase = %state.schedule.current(),
+            "resumed"
+        );
+        Ok(Self {
+            model: Some(model),
+            optimizer,
+            lr: state.lr,
+            schedule: state.schedule,
+            predictor,
+            guard: state.guard,
+            scale: state.scale,
+            confidence: state.confidence,
+            block: None,
+            awaiting_calibration: state.awaiting_calibration,
+            step: state.step,
+            optimizer_step: state.optimizer_step,
+            device,
+            metrics: None,
+            statistics: state.statistics,
+            keep_checkpoints: DEFAULT_KEEP,
+            batch: PhantomData,
+            config: state.config,
+        })
+    }
+}

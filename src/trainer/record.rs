@@ -1,0 +1,212 @@
+//! One record per step, and the JSON-lines file they are appended to.
+
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use super::error::TrainerError;
+use super::phase::Phase;
+use crate::memory::MemorySample;
+
+/// What one trainer step did and cost.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct StepRecord {
+    /// Trainer steps taken before this one (0-based).
+    pub step: usize,
+    /// The optimizer step the learning rate was taken at.
+    pub optimizer_step: usize,
+    /// The kind of step.
+    pub phase: Phase,
+    /// The step's loss: before the update for a full step, after the predicted update for
+    /// a predicted one. Written as `null` in JSON when it is not finite.
+    #[serde(with = "finite_or_null")]
+    pub loss: f64,
+    /// The learning rate of the step.
+    pub lr: f64,
+    /// Wall-clock seconds, device work included.
+    pub seconds: f64,
+    /// Items (examples or tokens) in the batch.
+    pub items: usize,
+    /// `items / seconds`.
+    pub items_per_second: f64,
+    /// The device pool after the step, where the backend has one.
+    pub memory: Option<MemorySample>,
+    /// Whether the weights were moved by the predictor rather than the optimizer.
+    pub predicted: bool,
+    /// Whether the guard rejected the step and the block's starting weights were restored.
+    pub rolled_back: bool,
+    /// The multiplier on predicted updates after this step.
+    pub scale: f64,
+    /// The confidence in the predictor after this step.
+    pub confidence: f64,
+    /// The predict horizon after this step.
+    pub horizon: usize,
+    /// Cosine between the real update and the prediction, on steps that measured it.
+    pub cosine: Option<f64>,
+    /// `‖real update‖ / ‖applied prediction‖`, on steps that measured it.
+    pub norm_ratio: Option<f64>,
+}
+
+/// Serde for an `f64` that may be NaN or infinite: JSON has no such numbers, so they are
+/// written as `null` and read back as NaN.
+mod finite_or_null {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(value: &f64, serializer: S) -> Result<S::Ok, S::Error> {
+        if value.is_finite() {
+            serializer.serialize_f64(*value)
+        } else {
+            serializer.serialize_none()
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<f64, D::Error> {
+        Ok(Option::<f64>::deserialize(deserializer)?.unwrap_or(f64::NAN))
+    }
+}
+
+/// Appends [`StepRecord`]s to a file, one JSON object per line, flushed line by line so a
+/// crashed run still leaves every finished step on disk.
+#[derive(Debug)]
+pub struct JsonlWriter {
+    file: File,
+    path: PathBuf,
+}
+
+impl JsonlWriter {
+    /// Creates (or truncates) the file at `path`, and its parent directories.
+    pub fn create(path: impl AsRef<Path>) -> Result<Self, TrainerError> {
+        Self::open(path.as_ref(), false)
+    }
+
+    /// Opens the file at `path` for appending (creating it if needed), as a resumed run
+    /// does.
+    pub fn append(path: impl AsRef<Path>) -> Result<Self, TrainerError> {
+        Self::open(path.as_ref(), true)
+    }
+
+    fn open(path: &Path, append: bool) -> Result<Self, TrainerError> {
+        if let Some(parent) = path
+            .parent()
+            .filter(|parent| !parent.as_os_str().is_empty())
+        {
+            std::fs::create_dir_all(parent).map_err(|err| TrainerError::io(parent, err))?;
+        }
+        let mut options = OpenOptions::new();
+        options.create(true);
+        if append {
+            options.append(true);
+        } else {
+            options.write(true).truncate(true);
+        }
+        let file = options
+            .open(path)
+            .map_err(|err| TrainerError::io(path, err))?;
+        Ok(Self {
+            file,
+            path: path.to_path_buf(),
+        })
+    }
+
+    /// Writes one record as one line and flushes it.
+    pub fn write(&mut self, record: &StepRecord) -> Result<(), TrainerError> {
+        let mut line = serde_json::to_string(record)
+            .map_err(|err| TrainerError::io(&self.path, std::io::Error::other(err)))?;
+        line.push('\n');
+        self.file
+            .write_all(line.as_bytes())
+            .and_then(|()| self.file.flush())
+            .map_err(|err| TrainerError::io(&self.path, err))
+    }
+
+    /// The file being written.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(step: usize, loss: f64) -> StepRecord {
+        StepRecord {
+            step,
+            optimizer_step: step,
+            phase: Phase::Predict,
+            loss,
+            lr: 1e-3,
+            seconds: 0.5,
+            items: 8,
+            items_per_second: 16.0,
+            memory: Some(MemorySample {
+                bytes_in_use: 1,
+                bytes_reserved: 2,
+                allocations: 3,
+            }),
+            predicted: true,
+            rolled_back: !loss.is_finite(),
+            scale: 1.0,
+            confidence: 0.5,
+            horizon: 3,
+            cosine: None,
+            norm_ratio: Some(1.25),
+        }
+    }
+
+    fn scratch(name: &str) -> PathBuf {
+        std::env::temp_dir()
+            .join(format!("leanburn-jsonl-{}-{name}", std::process::id()))
+            .join("steps.jsonl")
+    }
+
+    fn read(path: &Path) -> Vec<StepRecord> {
+        std::fs::read_to_string(path)
+            .expect("read")
+            .lines()
+            .map(|line| serde_json::from_str(line).expect("one record per line"))
+            .collect()
+    }
+
+    #[test]
+    fn writes_one_line_per_record_and_appends() {
+        let path = scratch("append");
+        let mut writer = JsonlWriter::create(&path).expect("create");
+        writer.write(&record(0, 2.0)).expect("write");
+        writer.write(&record(1, 1.5)).expect("write");
+        drop(writer);
+        let mut writer = JsonlWriter::append(&path).expect("append");
+        writer.write(&record(2, 1.25)).expect("write");
+        assert_eq!(
+            read(&path),
+            vec![record(0, 2.0), record(1, 1.5), record(2, 1.25)]
+        );
+
+        // `create` starts over.
+        let mut writer = JsonlWriter::create(&path).expect("create");
+        writer.write(&record(9, 1.0)).expect("write");
+        assert_eq!(read(&path), vec![record(9, 1.0)]);
+        let _ = std::fs::remove_dir_all(path.parent().expect("parent"));
+    }
+
+    #[test]
+    fn non_finite_losses_are_null_in_json_and_nan_when_read() {
+        let line = serde_json::to_string(&record(3, f64::NAN)).expect("serialise");
+        assert!(line.contains("\"loss\":null"), "{line}");
+        let back: StepRecord = serde_json::from_str(&line).expect("deserialise");
+        assert!(back.loss.is_nan() && back.rolled_back);
+    }
+
+    #[test]
+    fn io_errors_name_the_path() {
+        let path = scratch("bad").join("is-a-directory");
+        std::fs::create_dir_all(&path).expect("mkdir");
+        let message = JsonlWriter::create(&path)
+            .expect_err("a directory")
+            .to_string();
+        assert!(message.contains("is-a-directory"), "{message}");
+        let _ = std::fs::remove_dir_all(scratch("bad").parent().expect("parent"));
+    }
+}

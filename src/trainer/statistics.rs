@@ -1,0 +1,159 @@
+//! Totals over a run: how many steps of each kind, what they cost, what memory they saw.
+
+use serde::{Deserialize, Serialize};
+
+use super::phase::Phase;
+use super::record::StepRecord;
+
+/// Running totals over every step a trainer has taken (checkpointed with it).
+///
+/// "Full" timings cover every step with a backward pass: warmup, full and correct steps.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct TrainerStatistics {
+    /// Steps taken.
+    pub steps: usize,
+    /// Warmup steps taken.
+    pub warmup_steps: usize,
+    /// Full steps taken (between blocks, cooldowns included).
+    pub full_steps: usize,
+    /// Predicted steps taken, rolled back or not.
+    pub predict_steps: usize,
+    /// Correct steps taken.
+    pub correct_steps: usize,
+    /// Predicted steps the guard rejected.
+    pub rollbacks: usize,
+    /// `predict_steps / steps`.
+    pub predicted_share: f64,
+    /// Seconds spent in steps with a backward pass.
+    pub full_seconds: f64,
+    /// Seconds spent in predicted steps.
+    pub predict_seconds: f64,
+    /// Mean seconds of a step with a backward pass.
+    pub mean_full_seconds: Option<f64>,
+    /// Mean seconds of a predicted step.
+    pub mean_predict_seconds: Option<f64>,
+    /// `mean_predict_seconds / mean_full_seconds`: what a predicted step costs relative to
+    /// a full one.
+    pub predict_cost_ratio: Option<f64>,
+    /// Items (examples or tokens) in all batches.
+    pub total_items: u64,
+    /// The highest `bytes_in_use` any step reported.
+    pub peak_bytes_in_use: Option<u64>,
+    /// The last step's loss.
+    pub last_loss: Option<f64>,
+    /// The guard's running full-step loss.
+    pub running_loss: Option<f64>,
+    /// Device bytes of the predictor's state, as of the last step.
+    pub predictor_bytes: usize,
+    /// The largest rollback snapshot held so far, in bytes.
+    pub snapshot_bytes: usize,
+}
+
+impl TrainerStatistics {
+    /// Adds one step.
+    pub fn observe(&mut self, record: &StepRecord) {
+        self.steps += 1;
+        match record.phase {
+            Phase::Warmup => self.warmup_steps += 1,
+            Phase::Full => self.full_steps += 1,
+            Phase::Predict => self.predict_steps += 1,
+            Phase::Correct => self.correct_steps += 1,
+        }
+        if record.rolled_back {
+            self.rollbacks += 1;
+        }
+        if record.phase.is_full() {
+            self.full_seconds += record.seconds;
+        } else {
+            self.predict_seconds += record.seconds;
+        }
+        self.total_items += record.items as u64;
+        if let Some(memory) = record.memory {
+            self.peak_bytes_in_use = Some(
+                self.peak_bytes_in_use
+                    .map_or(memory.bytes_in_use, |peak| peak.max(memory.bytes_in_use)),
+            );
+        }
+        self.last_loss = Some(record.loss);
+        self.refresh();
+    }
+
+    /// The number of steps with a backward pass.
+    pub fn backward_steps(&self) -> usize {
+        self.warmup_steps + self.full_steps + self.correct_steps
+    }
+
+    fn refresh(&mut self) {
+        let mean = |seconds: f64, steps: usize| (steps > 0).then(|| seconds / steps as f64);
+        self.predicted_share = if self.steps == 0 {
+            0.0
+        } else {
+            self.predict_steps as f64 / self.steps as f64
+        };
+        self.mean_full_seconds = mean(self.full_seconds, self.backward_steps());
+        self.mean_predict_seconds = mean(self.predict_seconds, self.predict_steps);
+        self.predict_cost_ratio = match (self.mean_predict_seconds, self.mean_full_seconds) {
+            (Some(predict), Some(full)) if full > 0.0 => Some(predict / full),
+            _ => None,
+        };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::memory::MemorySample;
+
+    fn record(phase: Phase, seconds: f64, in_use: u64, rolled_back: bool) -> StepRecord {
+        StepRecord {
+            step: 0,
+            optimizer_step: 0,
+            phase,
+            loss: 1.0,
+            lr: 1e-3,
+            seconds,
+            items: 4,
+            items_per_second: 4.0 / seconds,
+            memory: Some(MemorySample {
+                bytes_in_use: in_use,
+                bytes_reserved: in_use,
+                allocations: 1,
+            }),
+            predicted: phase == Phase::Predict,
+            rolled_back,
+            scale: 1.0,
+            confidence: 0.5,
+            horizon: 3,
+            cosine: None,
+            norm_ratio: None,
+        }
+    }
+
+    #[test]
+    fn counts_times_and_peaks() {
+        let mut stats = TrainerStatistics::default();
+        stats.observe(&record(Phase::Warmup, 1.0, 100, false));
+        stats.observe(&record(Phase::Full, 3.0, 300, false));
+        stats.observe(&record(Phase::Predict, 0.5, 200, false));
+        stats.observe(&record(Phase::Predict, 0.5, 250, true));
+        assert_eq!(stats.steps, 4);
+        assert_eq!(
+            (stats.warmup_steps, stats.full_steps, stats.predict_steps),
+            (1, 1, 2)
+        );
+        assert_eq!(stats.rollbacks, 1);
+        assert_eq!(stats.predicted_share, 0.5);
+        assert_eq!(stats.mean_full_seconds, Some(2.0));
+        assert_eq!(stats.mean_predict_seconds, Some(0.5));
+        assert_eq!(stats.predict_cost_ratio, Some(0.25));
+        assert_eq!(stats.total_items, 16);
+        assert_eq!(stats.peak_bytes_in_use, Some(300));
+    }
+
+    #[test]
+    fn empty_statistics_have_no_means() {
+        let stats = TrainerStatistics::default();
+        assert_eq!(stats.mean_full_seconds, None);
+        assert_eq!(stats.predict_cost_ratio, None);
+    }
+}

@@ -1,0 +1,109 @@
+//! How a model plugs into the trainer.
+//!
+//! The trainer speaks Burn's own conventions: the autodiff model implements
+//! [`TrainStep`](burn::train::TrainStep) (forward + backward), its inner module implements
+//! [`InferenceStep`](burn::train::InferenceStep) (forward only). Two small traits here fill
+//! the gaps: a batch must be movable to the inner backend, and an output must expose its
+//! loss.
+
+use burn::tensor::backend::{AutodiffBackend, Backend};
+use burn::tensor::{Int, Tensor};
+use burn::train::{
+    ClassificationOutput, MultiLabelClassificationOutput, RegressionOutput, SequenceOutput,
+};
+
+/// A training batch that can also be given to the inner (non-autodiff) model.
+///
+/// Predicted steps run the inner module, so their batch must live on
+/// `B::InnerBackend`. Data tensors carry no graph, so moving them is free: use
+/// [`Tensor::inner`] on each field.
+pub trait HybridBatch<B: AutodiffBackend>: Send + 'static {
+    /// The same batch on `B::InnerBackend`.
+    type Inner: Send + 'static;
+
+    /// Moves the batch to the inner backend.
+    fn into_inner(self) -> Self::Inner;
+
+    /// Number of items (examples, or tokens) in the batch, for throughput.
+    fn items(&self) -> usize;
+}
+
+/// An output that carries a scalar loss tensor (shape `[1]`).
+pub trait StepLoss<B: Backend> {
+    /// The loss of the step (a cheap clone of the tensor; reading it is up to the caller).
+    fn loss(&self) -> Tensor<B, 1>;
+}
+
+impl<B: Backend> StepLoss<B> for ClassificationOutput<B> {
+    fn loss(&self) -> Tensor<B, 1> {
+        self.loss.clone()
+    }
+}
+
+impl<B: Backend> StepLoss<B> for MultiLabelClassificationOutput<B> {
+    fn loss(&self) -> Tensor<B, 1> {
+        self.loss.clone()
+    }
+}
+
+impl<B: Backend> StepLoss<B> for RegressionOutput<B> {
+    fn loss(&self) -> Tensor<B, 1> {
+        self.loss.clone()
+    }
+}
+
+impl<B: Backend> StepLoss<B> for SequenceOutput<B> {
+    fn loss(&self) -> Tensor<B, 1> {
+        self.loss.clone()
+    }
+}
+
+impl<B: Backend> StepLoss<B> for Tensor<B, 1> {
+    fn loss(&self) -> Tensor<B, 1> {
+        self.clone()
+    }
+}
+
+/// A float tensor is a batch of `dims[0]` items.
+impl<B: AutodiffBackend, const D: usize> HybridBatch<B> for Tensor<B, D> {
+    type Inner = Tensor<B::InnerBackend, D>;
+
+    fn into_inner(self) -> Self::Inner {
+        self.inner()
+    }
+
+    fn items(&self) -> usize {
+        self.dims().first().copied().unwrap_or(0)
+    }
+}
+
+/// An integer tensor (token ids, labels) is a batch of `dims[0]` items.
+impl<B: AutodiffBackend, const D: usize> HybridBatch<B> for Tensor<B, D, Int> {
+    type Inner = Tensor<B::InnerBackend, D, Int>;
+
+    fn into_inner(self) -> Self::Inner {
+        self.inner()
+    }
+
+    fn items(&self) -> usize {
+        self.dims().first().copied().unwrap_or(0)
+    }
+}
+
+/// Inputs and targets: the items are the inputs'.
+impl<B, X, Y> HybridBatch<B> for (X, Y)
+where
+    B: AutodiffBackend,
+    X: HybridBatch<B>,
+    Y: HybridBatch<B>,
+{
+    type Inner = (X::Inner, Y::Inner);
+
+    fn into_inner(self) -> Self::Inner {
+        (self.0.into_inner(), self.1.into_inner())
+    }
+
+    fn items(&self) -> usize {
+        self.0.items()
+    }
+}

@@ -1,0 +1,109 @@
+//! `HybridTrainer`'s predict steps leave device memory flat on a real CubeCL runtime
+//! (wgpu; llvmpipe in CI), while the naive predict step (the update applied with autodiff
+//! ops and the forward run on the autodiff model, as an earlier public attempt did)
+//! grows every step. Both are measured the same way, through the `LeakDetector`.
+
+mod common;
+
+use burn::backend::{Autodiff, Wgpu};
+use burn::module::{AutodiffModule, Module, ModuleMapper, Param};
+use burn::optim::SgdConfig;
+use burn::prelude::*;
+use common::{exclusive_device, image_batch, wgpu_device, CLASSES};
+use leanburn::memory::{LeakDetector, LeakVerdict, MemoryProbe};
+use leanburn::model::{SmallCnn, SmallCnnConfig};
+use leanburn::trainer::{HybridConfig, HybridTrainer, LrSchedule, ParamUpdates, Phase};
+
+type B = Autodiff<Wgpu>;
+
+const PREDICT_STEPS: usize = 50;
+const WARMUP: usize = 3;
+const BATCH: usize = 4;
+const SIDE: usize = 32;
+
+/// Warmup, then one block of 50 predict steps that nothing rolls back.
+fn config() -> HybridConfig {
+    HybridConfig::default()
+        .with_warmup_steps(WARMUP)
+        .with_initial_horizon(PREDICT_STEPS)
+        .with_max_horizon(PREDICT_STEPS)
+        .with_min_confidence(0.0)
+        .with_loss_tolerance(1e9)
+}
+
+fn trainer(device: &burn::backend::wgpu::WgpuDevice) -> HybridTrainer<B, SmallCnn<B>, impl burn::optim::Optimizer<SmallCnn<B>, B>, (Tensor<B, 4>, Tensor<B, 1, Int>)> {
+    let model = SmallCnnConfig::new().with_classes(CLASSES).init::<B>(device);
+    HybridTrainer::new(model, SgdConfig::new().init(), config(), LrSchedule::Constant { lr: 1e-2 }, device.clone())
+        .expect("valid configuration")
+}
+
+#[test]
+fn fifty_predict_steps_leave_bytes_in_use_flat() {
+    let _guard = exclusive_device();
+    let device = wgpu_device();
+    let mut trainer = trainer(&device);
+    for step in 0..WARMUP {
+        trainer.step(image_batch::<B>(BATCH, SIDE, step as u64, &device)).expect("warmup step");
+    }
+    let mut detector = LeakDetector::new(PREDICT_STEPS);
+    let mut first = None;
+    for step in 0..PREDICT_STEPS {
+        assert_eq!(trainer.phase(), Phase::Predict, "step {step} of the block");
+        let record = trainer
+            .step(image_batch::<B>(BATCH, SIDE, (WARMUP + step) as u64, &device))
+            .expect("predict step");
+        assert!(record.predicted && !record.rolled_back && record.loss.is_finite());
+        let memory = record.memory.expect("wgpu memory is readable");
+        // The first predict step takes the block's snapshot: judge growth after it.
+        if step == 0 {
+            first = Some(memory.bytes_in_use);
+            continue;
+        }
+        detector.record(step as u64, memory.bytes_in_use);
+    }
+    let report = detector.report();
+    assert_eq!(report.verdict, LeakVerdict::Flat, "{report}");
+    let last = B::memory_sample(&device).expect("sample").bytes_in_use;
+    assert!(
+        last <= first.expect("sampled") + 64 * 1024,
+        "bytes_in_use went from {first:?} to {last} over the block"
+    );
+}
+
+/// Adds an update to every parameter with autodiff ops, recording a graph node each time.
+struct NaiveUpdate<'a> {
+    updates: &'a ParamUpdates<Wgpu>,
+}
+
+impl ModuleMapper<B> for NaiveUpdate<'_> {
+    fn map_float<const D: usize>(&mut self, param: Param<Tensor<B, D>>) -> Param<Tensor<B, D>> {
+        let Some(update) = self.updates.get(&param.id) else { return param };
+        let (id, tensor, mapper) = param.consume();
+        let update = Tensor::<B, 1>::from_inner(update.clone()).reshape(tensor.shape());
+        Param::from_mapped_value(id, tensor + update, mapper)
+    }
+}
+
+#[test]
+fn control_naive_predict_steps_on_the_autodiff_model_grow() {
+    let _guard = exclusive_device();
+    let device = wgpu_device();
+    let mut trainer = trainer(&device);
+    for step in 0..WARMUP {
+        trainer.step(image_batch::<B>(BATCH, SIDE, step as u64, &device)).expect("warmup step");
+    }
+    let updates = trainer.predictor().predict(1e-2);
+    let mut model: SmallCnn<B> = trainer.into_model();
+    let mut detector = LeakDetector::new(PREDICT_STEPS);
+    for step in 0..PREDICT_STEPS {
+        model = model.map(&mut NaiveUpdate { updates: &updates });
+        let (images, labels) = image_batch::<B>(BATCH, SIDE, (WARMUP + step) as u64, &device);
+        let loss: f32 = model.loss(images, labels).into_scalar().elem();
+        assert!(loss.is_finite());
+        detector.record(step as u64, B::memory_sample(&device).expect("sample").bytes_in_use);
+    }
+    let report = detector.report();
+    assert_eq!(report.verdict, LeakVerdict::Growing, "{report}");
+    // The same model, moved to the inner backend, drops the whole chain.
+    drop(model.valid());
+}
