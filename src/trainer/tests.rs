@@ -96,6 +96,25 @@ fn config() -> HybridConfig {
         .with_cooldown_steps(2)
 }
 
+/// A trainer on a fresh regressor with plain SGD at a constant rate of 0.05.
+fn sgd_trainer(
+    config: HybridConfig,
+) -> HybridTrainer<
+    Train,
+    Regressor<Train>,
+    impl burn::optim::Optimizer<Regressor<Train>, Train>,
+    Batch,
+> {
+    HybridTrainer::new(
+        Regressor::<Train>::new(&DEVICE),
+        SgdConfig::new().init(),
+        config,
+        LrSchedule::Constant { lr: 0.05 },
+        DEVICE,
+    )
+    .expect("valid configuration")
+}
+
 fn weights<B: AutodiffBackend>(model: &Regressor<B>) -> Vec<TensorData> {
     let bias = model.linear.bias.as_ref().expect("bias");
     vec![
@@ -112,15 +131,7 @@ fn scratch(name: &str) -> std::path::PathBuf {
 
 #[test]
 fn runs_the_phase_cycle_and_predicted_steps_move_the_weights() {
-    let model = Regressor::<Train>::new(&DEVICE);
-    let mut trainer = HybridTrainer::new(
-        model,
-        SgdConfig::new().init(),
-        config(),
-        LrSchedule::Constant { lr: 0.05 },
-        DEVICE,
-    )
-    .expect("valid configuration");
+    let mut trainer = sgd_trainer(config());
 
     let mut records = Vec::new();
     for step in 0..6 {
@@ -157,14 +168,7 @@ fn runs_the_phase_cycle_and_predicted_steps_move_the_weights() {
 #[test]
 fn a_predicted_step_adds_exactly_scale_times_the_prediction() {
     use burn::module::AutodiffModule;
-    let mut trainer = HybridTrainer::new(
-        Regressor::<Train>::new(&DEVICE),
-        SgdConfig::new().init(),
-        config(),
-        LrSchedule::Constant { lr: 0.05 },
-        DEVICE,
-    )
-    .expect("valid configuration");
+    let mut trainer = sgd_trainer(config());
     for step in 0..3 {
         trainer.step(batch(step)).expect("warmup step");
     }
@@ -173,14 +177,21 @@ fn a_predicted_step_adds_exactly_scale_times_the_prediction() {
     let scale = trainer.scale();
     let prediction = trainer.predictor().predict(lr);
     let before = collect(&trainer.model().valid());
-    assert_eq!(prediction.len(), before.len(), "one predicted tensor per parameter");
+    assert_eq!(
+        prediction.len(),
+        before.len(),
+        "one predicted tensor per parameter"
+    );
 
     let record = trainer.step(batch(3)).expect("predicted step");
     assert!(record.predicted && !record.rolled_back);
     let after = collect(&trainer.model().valid());
     for (id, old) in before.iter() {
         let update = prediction[id].clone();
-        assert!(update.clone().abs().sum().into_scalar() > 0.0, "a zero prediction proves nothing");
+        assert!(
+            update.clone().abs().sum().into_scalar() > 0.0,
+            "a zero prediction proves nothing"
+        );
         let expected = old.tensor.clone() + update.mul_scalar(scale);
         let got = after.get(id).expect("parameter kept its id").tensor.clone();
         assert_eq!(got.into_data(), expected.into_data(), "parameter {id}");
@@ -190,24 +201,25 @@ fn a_predicted_step_adds_exactly_scale_times_the_prediction() {
 #[test]
 fn a_prediction_that_makes_the_loss_worse_is_rolled_back_bit_for_bit() {
     // A scale of 10⁴ turns a sensible update into a wild one.
-    let mut trainer = HybridTrainer::new(
-        Regressor::<Train>::new(&DEVICE),
-        SgdConfig::new().init(),
+    let mut trainer = sgd_trainer(
         config()
             .with_initial_scale(1e4)
             .with_max_scale(1e4)
             .with_loss_tolerance(0.1),
-        LrSchedule::Constant { lr: 0.05 },
-        DEVICE,
-    )
-    .expect("valid configuration");
+    );
     for step in 0..3 {
         trainer.step(batch(step)).expect("warmup step");
     }
     assert_eq!(trainer.phase(), Phase::Predict);
     let block_start = weights(trainer.model());
-    let record = trainer.step(batch(3)).expect("a rejected step is not an error");
-    assert!(record.predicted && record.rolled_back, "loss {}", record.loss);
+    let record = trainer
+        .step(batch(3))
+        .expect("a rejected step is not an error");
+    assert!(
+        record.predicted && record.rolled_back,
+        "loss {}",
+        record.loss
+    );
     assert!(record.loss.is_finite());
     assert_eq!(weights(trainer.model()), block_start);
     assert_eq!(trainer.phase(), Phase::Full);
@@ -215,15 +227,7 @@ fn a_prediction_that_makes_the_loss_worse_is_rolled_back_bit_for_bit() {
 
 #[test]
 fn training_reduces_the_loss() {
-    let model = Regressor::<Train>::new(&DEVICE);
-    let mut trainer = HybridTrainer::new(
-        model,
-        SgdConfig::new().init(),
-        config(),
-        LrSchedule::Constant { lr: 0.05 },
-        DEVICE,
-    )
-    .expect("valid configuration");
+    let mut trainer = sgd_trainer(config());
     let mut losses = Vec::new();
     let statistics = trainer
         .run((0..).map(batch), 60, |record| {
@@ -241,15 +245,7 @@ fn training_reduces_the_loss() {
 
 #[test]
 fn a_non_finite_full_loss_is_refused_and_changes_nothing() {
-    let model = Regressor::<Train>::new(&DEVICE);
-    let mut trainer = HybridTrainer::new(
-        model,
-        SgdConfig::new().init(),
-        config(),
-        LrSchedule::Constant { lr: 0.05 },
-        DEVICE,
-    )
-    .expect("valid configuration");
+    let mut trainer = sgd_trainer(config());
     let before = weights(trainer.model());
     let err = trainer.step(poisoned_batch()).expect_err("NaN loss");
     assert!(
@@ -268,15 +264,7 @@ fn a_non_finite_full_loss_is_refused_and_changes_nothing() {
 #[test]
 fn a_non_finite_predicted_loss_rolls_back_bit_for_bit() {
     for store in [SnapshotStore::Device, SnapshotStore::Host] {
-        let model = Regressor::<Train>::new(&DEVICE);
-        let mut trainer = HybridTrainer::new(
-            model,
-            SgdConfig::new().init(),
-            config().with_snapshot(store),
-            LrSchedule::Constant { lr: 0.05 },
-            DEVICE,
-        )
-        .expect("valid configuration");
+        let mut trainer = sgd_trainer(config().with_snapshot(store));
         for step in 0..3 {
             trainer.step(batch(step)).expect("warmup step");
         }
@@ -378,16 +366,9 @@ fn resumes_from_a_checkpoint_exactly() {
 fn writes_one_json_line_per_step() {
     let dir = scratch("metrics");
     let path = dir.join("steps.jsonl");
-    let mut trainer = HybridTrainer::new(
-        Regressor::<Train>::new(&DEVICE),
-        SgdConfig::new().init(),
-        config(),
-        LrSchedule::Constant { lr: 0.05 },
-        DEVICE,
-    )
-    .expect("valid configuration")
-    .with_metrics(&path)
-    .expect("metrics file");
+    let mut trainer = sgd_trainer(config())
+        .with_metrics(&path)
+        .expect("metrics file");
     trainer.run((0..).map(batch), 7, |_| {}).expect("run");
     let lines: Vec<StepRecord> = std::fs::read_to_string(&path)
         .expect("read")
