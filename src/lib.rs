@@ -7,6 +7,7 @@
 //!   on the inner backend, with a loss guard, rollback and atomic checkpoints.
 
 pub mod backend;
+pub mod data;
 pub mod memory;
 pub mod model;
 pub mod select;

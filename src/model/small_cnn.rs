@@ -8,6 +8,7 @@ use burn::nn::pool::{AdaptiveAvgPool2d, AdaptiveAvgPool2dConfig};
 use burn::nn::{Linear, LinearConfig, PaddingConfig2d, Relu};
 use burn::prelude::*;
 use burn::tensor::backend::AutodiffBackend;
+use super::materialize::materialize;
 use burn::train::{ClassificationOutput, InferenceStep, TrainOutput, TrainStep};
 
 #[derive(Config, Debug)]
@@ -36,13 +37,13 @@ impl SmallCnnConfig {
                 .with_padding(PaddingConfig2d::Explicit(1, 1, 1, 1))
                 .init(device)
         };
-        SmallCnn {
+        materialize(SmallCnn {
             conv1: conv(self.in_channels, self.width),
             conv2: conv(self.width, self.width),
             pool: AdaptiveAvgPool2dConfig::new([1, 1]).init(),
             head: LinearConfig::new(self.width, self.classes).init(device),
             activation: Relu::new(),
-        }
+        })
     }
 }
 

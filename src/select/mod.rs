@@ -3,6 +3,7 @@
 //! User code is written once, generic over the backend, as a [`BackendJob`]; [`select`]
 //! decides where it runs and [`Selection::run`] runs it there.
 
+mod capacity;
 mod probe;
 mod run;
 
@@ -12,6 +13,9 @@ use std::str::FromStr;
 use burn::backend::wgpu::WgpuDevice;
 use serde::{Deserialize, Serialize};
 
+pub use capacity::{device_memory, host_memory};
+#[cfg(feature = "cuda")]
+pub use capacity::cuda_total_memory;
 pub use probe::{probe_cuda, probe_wgpu, AdapterKind, AdapterSummary, CudaStatus};
 pub use run::{BackendJob, CpuStack, LeanCpuStack, LeanWgpuStack, TrainBackend, WgpuStack};
 #[cfg(feature = "cuda")]

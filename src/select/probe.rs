@@ -37,9 +37,9 @@ impl fmt::Display for CudaStatus {
 }
 
 #[cfg(target_os = "windows")]
-const LIBCUDA: &str = "nvcuda.dll";
+pub(super) const LIBCUDA: &str = "nvcuda.dll";
 #[cfg(not(target_os = "windows"))]
-const LIBCUDA: &str = "libcuda.so.1";
+pub(super) const LIBCUDA: &str = "libcuda.so.1";
 
 /// Names under which cudarc looks for NVRTC (a subset covering CUDA 11 to 13).
 #[cfg(not(target_os = "windows"))]

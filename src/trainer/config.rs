@@ -275,6 +275,19 @@ impl HybridConfig {
         Ok(())
     }
 
+    /// The all-full baseline: the warmup never ends, so every step runs forward, backward
+    /// and the optimizer, and nothing is predicted; the trainer then skips recording
+    /// updates for the predictor, so the baseline pays nothing for it. Records and
+    /// checkpoints work as in a hybrid run, which makes the two directly comparable.
+    pub fn all_full() -> Self {
+        Self { warmup_steps: usize::MAX, ..Self::default() }
+    }
+
+    /// Whether this configuration never predicts (see [`all_full`](Self::all_full)).
+    pub fn is_all_full(&self) -> bool {
+        self.warmup_steps == usize::MAX
+    }
+
     /// Sets [`warmup_steps`](Self::warmup_steps).
     pub fn with_warmup_steps(mut self, value: usize) -> Self {
         self.warmup_steps = value;

@@ -91,7 +91,8 @@ where
         config.validate()?;
         lr.validate()?;
         Ok(Self {
-            model: Some(model),
+            // Eager weights: a block snapshot or a caller's clone must see the values trained.
+            model: Some(crate::model::materialize(model)),
             optimizer,
             lr,
             schedule: PhaseSchedule::new(&config),
@@ -344,16 +345,23 @@ where
 
         let optimizer_step = self.optimizer_step;
         let lr = self.lr.at(optimizer_step);
-        // Holding the old tensors keeps them alive through the update: one transient copy.
-        let before = params::collect(&model.valid());
-        let model = <M as TrainStep>::optimize::<B, O>(model, &mut self.optimizer, lr, grads);
-        let after = params::collect(&model.valid());
-        self.model = Some(model);
-        let deltas = params::differences(&after, &before);
-        drop((before, after));
-
-        let alignment = self.measure_if_due(phase, &deltas, lr);
-        self.predictor.observe(&deltas, lr);
+        let alignment = if self.config.is_all_full() {
+            // The baseline never predicts: no updates to record, nothing to feed.
+            let model = <M as TrainStep>::optimize::<B, O>(model, &mut self.optimizer, lr, grads);
+            self.model = Some(model);
+            None
+        } else {
+            // Holding the old tensors keeps them alive through the update: one transient copy.
+            let before = params::collect(&model.valid());
+            let model = <M as TrainStep>::optimize::<B, O>(model, &mut self.optimizer, lr, grads);
+            let after = params::collect(&model.valid());
+            self.model = Some(model);
+            let deltas = params::differences(&after, &before);
+            drop((before, after));
+            let alignment = self.measure_if_due(phase, &deltas, lr);
+            self.predictor.observe(&deltas, lr);
+            alignment
+        };
         self.guard.observe_full(loss);
         self.optimizer_step += 1;
         Ok(StepOutcome {

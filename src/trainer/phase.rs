@@ -193,6 +193,14 @@ mod tests {
     }
 
     #[test]
+    fn the_all_full_baseline_never_predicts() {
+        let config = HybridConfig::all_full();
+        assert!(config.is_all_full() && config.validate().is_ok());
+        let mut schedule = PhaseSchedule::new(&config);
+        assert!(phases(&mut schedule, &config, 500, 1.0).iter().all(|p| *p == W));
+    }
+
+    #[test]
     fn low_confidence_keeps_full_steps() {
         let config = config();
         let mut schedule = PhaseSchedule::new(&config);

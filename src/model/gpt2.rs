@@ -1,0 +1,543 @@
+//! GPT-2 as published (Radford et al., 2019), and nothing else.
+//!
+//! Token and position embeddings, `layers` pre-LayerNorm blocks (causal multi-head
+//! self-attention, then a GELU MLP four times as wide, each around a residual), a final
+//! LayerNorm, and an LM head tied to the token embedding: logits are `h · Wteᵀ`.
+//!
+//! Attention goes through Burn's `attention` op with `is_causal`, so a backend with a fused
+//! kernel uses it (CubeCL's flash attention on the inner backend of predict steps); the
+//! autodiff backend composes it from differentiable ops.
+//!
+//! The loss is mean next-token cross-entropy. With [`Gpt2::with_loss_chunk`] it walks the
+//! tokens a chunk at a time and never builds the full `tokens × vocab` logits: forward-only
+//! steps free each chunk's logits, and training steps use the fused loss of
+//! [`lm_head_loss`](super::lm_head_loss), which also keeps none for the backward pass.
+
+use burn::module::{Initializer, Module};
+use burn::nn::loss::CrossEntropyLossConfig;
+use burn::nn::{
+    Dropout, DropoutConfig, Embedding, EmbeddingConfig, Gelu, LayerNorm, LayerNormConfig, Linear,
+    LinearConfig,
+};
+use burn::prelude::*;
+use burn::tensor::backend::AutodiffBackend;
+use burn::tensor::module::attention;
+use burn::tensor::ops::AttentionModuleOptions;
+use burn::train::metric::ItemLazy;
+use burn::train::{InferenceStep, TrainOutput, TrainStep};
+
+use super::materialize::materialize;
+use super::lm_head_loss::{chunked_lm_head_loss, fused_lm_head_loss};
+use crate::data::{HostBatch, TokenBatch};
+use crate::trainer::StepLoss;
+
+/// The GPT-2 vocabulary (`r50k_base`): 50,000 merges, 256 bytes, `<|endoftext|>`.
+pub const GPT2_VOCAB: usize = 50_257;
+
+/// Initial standard deviation of every weight matrix and embedding, as in GPT-2.
+const INIT_STD: f64 = 0.02;
+
+/// Shape of a GPT-2 model. Build one from a [preset](Gpt2Config::preset) or field by field.
+#[derive(Config, Debug, PartialEq)]
+pub struct Gpt2Config {
+    /// Tokens in the vocabulary (before padding).
+    pub vocab_size: usize,
+    /// Longest sequence the position embedding covers.
+    pub context: usize,
+    /// Transformer blocks.
+    pub layers: usize,
+    /// Width of the residual stream.
+    pub d_model: usize,
+    /// Attention heads; must divide `d_model`.
+    pub heads: usize,
+    /// Round the vocabulary up to a multiple of this (`1` = no padding). GPUs run the LM
+    /// head's matmul faster on a multiple of 64 (50,257 → 50,304); the extra rows are
+    /// never a target and learn to stay improbable.
+    #[config(default = 1)]
+    pub pad_vocab_to: usize,
+    /// Dropout on embeddings, attention output and MLP output (GPT-2 used 0.1).
+    #[config(default = 0.0)]
+    pub dropout: f64,
+    /// LayerNorm epsilon.
+    #[config(default = 1e-5)]
+    pub layer_norm_eps: f64,
+}
+
+/// The presets [`Gpt2Config::preset`] knows, smallest first.
+pub const GPT2_PRESETS: [&str; 4] = ["gpt2-tiny", "gpt2-mini", "gpt2-micro", "gpt2-small"];
+
+/// What is wrong with a GPT-2 configuration.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum Gpt2ConfigError {
+    /// The preset name is not one of [`GPT2_PRESETS`].
+    #[error("unknown GPT-2 preset `{0}`; known presets: {known}", known = GPT2_PRESETS.join(", "))]
+    UnknownPreset(String),
+    /// A size is zero.
+    #[error("GPT-2 `{0}` must be at least 1")]
+    Zero(&'static str),
+    /// `heads` does not divide `d_model`.
+    #[error("GPT-2 width {d_model} is not divisible by {heads} heads")]
+    Heads { d_model: usize, heads: usize },
+    /// Dropout outside `[0, 1)`.
+    #[error("GPT-2 dropout {0} is outside [0, 1)")]
+    Dropout(f64),
+}
+
+impl Gpt2Config {
+    /// A named preset:
+    ///
+    /// | preset | layers | width | heads | context | parameters |
+    /// |---|---|---|---|---|---|
+    /// | `gpt2-tiny` | 2 | 64 | 2 | 64 | 3,320,640 (tests) |
+    /// | `gpt2-mini` | 4 | 128 | 4 | 128 | 7,242,624 (CPU default) |
+    /// | `gpt2-micro` | 6 | 384 | 6 | 256 | 30,044,544 |
+    /// | `gpt2-small` | 12 | 768 | 12 | 1024 | 124,439,808 (GPT-2 "small") |
+    ///
+    /// All use the full 50,257-token vocabulary, so the embedding dominates the small ones.
+    pub fn preset(name: &str) -> Result<Self, Gpt2ConfigError> {
+        let (layers, d_model, heads, context) = match name {
+            "gpt2-tiny" => (2, 64, 2, 64),
+            "gpt2-mini" => (4, 128, 4, 128),
+            "gpt2-micro" => (6, 384, 6, 256),
+            "gpt2-small" => (12, 768, 12, 1024),
+            other => return Err(Gpt2ConfigError::UnknownPreset(other.to_string())),
+        };
+        Ok(Self::new(GPT2_VOCAB, context, layers, d_model, heads))
+    }
+
+    /// Checks every size; [`init`](Self::init) panics on what this rejects.
+    pub fn validate(&self) -> Result<(), Gpt2ConfigError> {
+        for (name, value) in [
+            ("vocab_size", self.vocab_size),
+            ("context", self.context),
+            ("layers", self.layers),
+            ("d_model", self.d_model),
+            ("heads", self.heads),
+            ("pad_vocab_to", self.pad_vocab_to),
+        ] {
+            if value == 0 {
+                return Err(Gpt2ConfigError::Zero(name));
+            }
+        }
+        if self.d_model % self.heads != 0 {
+            return Err(Gpt2ConfigError::Heads { d_model: self.d_model, heads: self.heads });
+        }
+        if !(0.0..1.0).contains(&self.dropout) {
+            return Err(Gpt2ConfigError::Dropout(self.dropout));
+        }
+        Ok(())
+    }
+
+    /// Rows of the token embedding (and columns of the logits): the vocabulary rounded up
+    /// to a multiple of `pad_vocab_to`.
+    pub fn padded_vocab(&self) -> usize {
+        self.vocab_size.div_ceil(self.pad_vocab_to.max(1)) * self.pad_vocab_to.max(1)
+    }
+
+    /// Trainable parameters, counted from the shapes without building the model.
+    pub fn parameter_count(&self) -> usize {
+        let (d, v) = (self.d_model, self.padded_vocab());
+        let layer_norm = 2 * d;
+        let attention = (d * 3 * d + 3 * d) + (d * d + d);
+        let mlp = (d * 4 * d + 4 * d) + (4 * d * d + d);
+        let block = 2 * layer_norm + attention + mlp;
+        v * d + self.context * d + self.layers * block + layer_norm
+    }
+
+    /// Builds the model with GPT-2's initialisation: weights `N(0, 0.02)`, residual output
+    /// projections `N(0, 0.02/√(2·layers))`, LayerNorm `γ = 1, β = 0`. The weights are
+    /// drawn now, not lazily, so clones share them (see [`materialize`]).
+    ///
+    /// # Panics
+    /// If [`validate`](Self::validate) fails.
+    pub fn init<B: Backend>(&self, device: &B::Device) -> Gpt2<B> {
+        if let Err(error) = self.validate() {
+            panic!("{error}");
+        }
+        let d = self.d_model;
+        let normal = |std| Initializer::Normal { mean: 0.0, std };
+        let residual_std = INIT_STD / (2.0 * self.layers as f64).sqrt();
+        let linear = |d_in, d_out, std| {
+            LinearConfig::new(d_in, d_out).with_initializer(normal(std)).init(device)
+        };
+        let norm = || LayerNormConfig::new(d).with_epsilon(self.layer_norm_eps).init(device);
+        let dropout = || DropoutConfig::new(self.dropout).init();
+        let blocks = (0..self.layers)
+            .map(|_| Block {
+                attention_norm: norm(),
+                attention: CausalSelfAttention {
+                    qkv: linear(d, 3 * d, INIT_STD),
+                    projection: linear(d, d, residual_std),
+                    heads: self.heads,
+                    dropout: dropout(),
+                },
+                mlp_norm: norm(),
+                mlp: Mlp {
+                    expand: linear(d, 4 * d, INIT_STD),
+                    project: linear(4 * d, d, residual_std),
+                    activation: Gelu::new(),
+                    dropout: dropout(),
+                },
+            })
+            .collect();
+        let model = Gpt2 {
+            token_embedding: EmbeddingConfig::new(self.padded_vocab(), d)
+                .with_initializer(normal(INIT_STD))
+                .init(device),
+            position_embedding: EmbeddingConfig::new(self.context, d)
+                .with_initializer(normal(INIT_STD))
+                .init(device),
+            blocks,
+            final_norm: norm(),
+            dropout: dropout(),
+            context: self.context,
+            vocab_size: self.vocab_size,
+            loss_chunk: 0,
+        };
+        materialize(model)
+    }
+}
+
+/// GPT-2; see the [module docs](self).
+#[derive(Module, Debug)]
+pub struct Gpt2<B: Backend> {
+    token_embedding: Embedding<B>,
+    position_embedding: Embedding<B>,
+    blocks: Vec<Block<B>>,
+    final_norm: LayerNorm<B>,
+    dropout: Dropout,
+    context: usize,
+    vocab_size: usize,
+    /// Tokens per loss chunk; 0 for the whole logits tensor at once.
+    loss_chunk: usize,
+}
+
+#[derive(Module, Debug)]
+struct Block<B: Backend> {
+    attention_norm: LayerNorm<B>,
+    attention: CausalSelfAttention<B>,
+    mlp_norm: LayerNorm<B>,
+    mlp: Mlp<B>,
+}
+
+/// Multi-head self-attention with one fused query/key/value projection, as GPT-2's `c_attn`.
+#[derive(Module, Debug)]
+struct CausalSelfAttention<B: Backend> {
+    qkv: Linear<B>,
+    projection: Linear<B>,
+    heads: usize,
+    dropout: Dropout,
+}
+
+#[derive(Module, Debug)]
+struct Mlp<B: Backend> {
+    expand: Linear<B>,
+    project: Linear<B>,
+    activation: Gelu,
+    dropout: Dropout,
+}
+
+impl<B: Backend> CausalSelfAttention<B> {
+    /// `[batch, seq, d]` → `[batch, seq, d]`, each position seeing itself and earlier ones.
+    fn forward(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
+        let [batch, seq, d] = x.dims();
+        let head_dim = d / self.heads;
+        let [query, key, value] = self
+            .qkv
+            .forward(x)
+            .chunk(3, 2)
+            .try_into()
+            .expect("three equal chunks of 3·d");
+        let heads = |t: Tensor<B, 3>| t.reshape([batch, seq, self.heads, head_dim]).swap_dims(1, 2);
+        let options = AttentionModuleOptions { is_causal: true, ..Default::default() };
+        let context = attention(heads(query), heads(key), heads(value), None, None, options);
+        let context = context.swap_dims(1, 2).reshape([batch, seq, d]);
+        self.dropout.forward(self.projection.forward(context))
+    }
+}
+
+impl<B: Backend> Mlp<B> {
+    fn forward(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
+        let x = self.activation.forward(self.expand.forward(x));
+        self.dropout.forward(self.project.forward(x))
+    }
+}
+
+impl<B: Backend> Block<B> {
+    fn forward(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
+        let x = x.clone() + self.attention.forward(self.attention_norm.forward(x));
+        x.clone() + self.mlp.forward(self.mlp_norm.forward(x))
+    }
+}
+
+impl<B: Backend> Gpt2<B> {
+    /// Token ids `[batch, seq]` → final hidden states `[batch, seq, d_model]`.
+    ///
+    /// # Panics
+    /// If `seq` exceeds the context length.
+    pub fn hidden(&self, tokens: Tensor<B, 2, Int>) -> Tensor<B, 3> {
+        let [batch, seq] = tokens.dims();
+        assert!(
+            seq <= self.context,
+            "sequence of {seq} tokens exceeds the model's context of {}",
+            self.context
+        );
+        let device = tokens.device();
+        let positions = Tensor::<B, 1, Int>::arange(0..seq as i64, &device)
+            .reshape([1, seq])
+            .expand([batch, seq]);
+        let x = self.token_embedding.forward(tokens) + self.position_embedding.forward(positions);
+        let x = self.blocks.iter().fold(self.dropout.forward(x), |x, block| block.forward(x));
+        self.final_norm.forward(x)
+    }
+
+    /// Hidden states `[batch, seq, d]` → logits `[batch, seq, padded vocab]` through the
+    /// tied LM head.
+    pub fn logits(&self, hidden: Tensor<B, 3>) -> Tensor<B, 3> {
+        let embedding = self.token_embedding.weight.val();
+        hidden.matmul(embedding.transpose().unsqueeze::<3>())
+    }
+
+    /// Token ids `[batch, seq]` → logits `[batch, seq, padded vocab]`.
+    pub fn forward(&self, tokens: Tensor<B, 2, Int>) -> Tensor<B, 3> {
+        self.logits(self.hidden(tokens))
+    }
+
+    /// Mean next-token cross-entropy of `targets` (`[batch, seq]`) given `inputs`.
+    pub fn loss(&self, inputs: Tensor<B, 2, Int>, targets: Tensor<B, 2, Int>) -> Tensor<B, 1> {
+        cross_entropy(self.forward(inputs), targets)
+    }
+
+    /// The same loss with the LM head run over `chunk` tokens at a time (see
+    /// [`chunked_lm_head_loss`]): a forward-only pass never holds more than
+    /// `chunk × vocab` logits. Under autodiff, [`TrainStep`] uses the fused variant instead.
+    ///
+    /// # Panics
+    /// If `chunk` is 0.
+    pub fn loss_chunked(
+        &self,
+        inputs: Tensor<B, 2, Int>,
+        targets: Tensor<B, 2, Int>,
+        chunk: usize,
+    ) -> Tensor<B, 1> {
+        let (hidden, targets) = flatten_tokens(self.hidden(inputs), targets);
+        chunked_lm_head_loss(hidden, self.token_embedding.weight.val(), targets, chunk)
+    }
+
+    /// Computes the loss in chunks of `chunk` tokens in every step (`None`: the whole
+    /// logits tensor at once). See [`chunked_lm_head_loss`] and [`fused_lm_head_loss`].
+    pub fn with_loss_chunk(mut self, chunk: Option<usize>) -> Self {
+        self.loss_chunk = chunk.unwrap_or(0);
+        self
+    }
+
+    /// Tokens per loss chunk, if the loss is chunked.
+    pub fn loss_chunk(&self) -> Option<usize> {
+        (self.loss_chunk > 0).then_some(self.loss_chunk)
+    }
+
+    /// Mean loss over host batches, each moved to `device` in turn, forward only. Run it on
+    /// `model.valid()` so that no autodiff graph is built.
+    pub fn evaluate(&self, batches: &[HostBatch], device: &B::Device) -> f64 {
+        let total: f64 = batches
+            .iter()
+            .map(|batch| {
+                let output = InferenceStep::step(self, batch.to_device::<B>(device));
+                output.loss.into_scalar().elem::<f64>()
+            })
+            .sum();
+        total / batches.len().max(1) as f64
+    }
+
+    /// Context length the position embedding covers.
+    pub fn context(&self) -> usize {
+        self.context
+    }
+
+    /// Tokens in the vocabulary (before padding).
+    pub fn vocab_size(&self) -> usize {
+        self.vocab_size
+    }
+}
+
+/// Mean cross-entropy of logits `[batch, seq, vocab]` against ids `[batch, seq]`.
+fn cross_entropy<B: Backend>(logits: Tensor<B, 3>, targets: Tensor<B, 2, Int>) -> Tensor<B, 1> {
+    let [batch, seq, vocab] = logits.dims();
+    CrossEntropyLossConfig::new()
+        .init(&logits.device())
+        .forward(logits.reshape([batch * seq, vocab]), targets.reshape([batch * seq]))
+}
+
+/// The loss of one language-model step and the tokens it covered.
+#[derive(Debug, Clone)]
+pub struct LanguageModelOutput<B: Backend> {
+    /// Mean next-token cross-entropy, shape `[1]`.
+    pub loss: Tensor<B, 1>,
+    /// Target tokens the loss averages over.
+    pub tokens: usize,
+}
+
+impl<B: Backend> ItemLazy for LanguageModelOutput<B> {
+    /// The loss, read back.
+    type ItemSync = f64;
+
+    fn sync(self) -> f64 {
+        self.loss.into_scalar().elem::<f64>()
+    }
+}
+
+impl<B: Backend> StepLoss<B> for LanguageModelOutput<B> {
+    fn loss(&self) -> Tensor<B, 1> {
+        self.loss.clone()
+    }
+}
+
+/// Hidden states `[batch, seq, d]` and targets `[batch, seq]` as `[tokens, d]` and `[tokens]`.
+fn flatten_tokens<B: Backend>(
+    hidden: Tensor<B, 3>,
+    targets: Tensor<B, 2, Int>,
+) -> (Tensor<B, 2>, Tensor<B, 1, Int>) {
+    let [batch, seq, d] = hidden.dims();
+    (hidden.reshape([batch * seq, d]), targets.reshape([batch * seq]))
+}
+
+/// Forward + backward on a token batch, for `HybridTrainer` and Burn's learners.
+impl<B: AutodiffBackend> TrainStep for Gpt2<B> {
+    type Input = TokenBatch<B>;
+    type Output = LanguageModelOutput<B>;
+
+    fn step(&self, batch: TokenBatch<B>) -> TrainOutput<LanguageModelOutput<B>> {
+        let tokens = batch.tokens();
+        let loss = match self.loss_chunk() {
+            Some(chunk) => {
+                let (hidden, targets) = flatten_tokens(self.hidden(batch.inputs), batch.targets);
+                fused_lm_head_loss(hidden, self.token_embedding.weight.val(), targets, chunk)
+            }
+            None => self.loss(batch.inputs, batch.targets),
+        };
+        let grads = loss.backward();
+        TrainOutput::new(self, grads, LanguageModelOutput { loss, tokens })
+    }
+}
+
+/// Forward only, on any backend (predict and evaluation steps run it on the inner one).
+impl<B: Backend> InferenceStep for Gpt2<B> {
+    type Input = TokenBatch<B>;
+    type Output = LanguageModelOutput<B>;
+
+    fn step(&self, batch: TokenBatch<B>) -> LanguageModelOutput<B> {
+        let tokens = batch.tokens();
+        let loss = match self.loss_chunk() {
+            Some(chunk) => self.loss_chunked(batch.inputs, batch.targets, chunk),
+            None => self.loss(batch.inputs, batch.targets),
+        };
+        LanguageModelOutput { loss, tokens }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use burn::backend::{Autodiff, NdArray};
+
+    type Cpu = NdArray<f32>;
+
+    #[test]
+    fn gpt2_small_has_the_published_parameter_count() {
+        let config = Gpt2Config::preset("gpt2-small").unwrap();
+        assert_eq!(config.parameter_count(), 124_439_808);
+        // The figures in `Gpt2Config::preset`'s table.
+        let counts: Vec<usize> =
+            GPT2_PRESETS.iter().map(|name| Gpt2Config::preset(name).unwrap().parameter_count()).collect();
+        assert_eq!(counts, [3_320_640, 7_242_624, 30_044_544, 124_439_808]);
+        assert_eq!(config.clone().with_pad_vocab_to(64).padded_vocab(), 50_304);
+    }
+
+    #[test]
+    fn counted_parameters_match_a_built_model() {
+        let device = Default::default();
+        for config in [
+            Gpt2Config::new(97, 16, 3, 24, 3),
+            Gpt2Config::new(101, 8, 1, 16, 2).with_pad_vocab_to(64),
+        ] {
+            let model = config.init::<Cpu>(&device);
+            assert_eq!(model.num_params(), config.parameter_count(), "{config:?}");
+        }
+    }
+
+    #[test]
+    fn bad_configs_are_typed_errors() {
+        assert_eq!(
+            Gpt2Config::preset("gpt2-huge"),
+            Err(Gpt2ConfigError::UnknownPreset("gpt2-huge".into()))
+        );
+        assert_eq!(
+            Gpt2Config::new(10, 8, 1, 10, 3).validate(),
+            Err(Gpt2ConfigError::Heads { d_model: 10, heads: 3 })
+        );
+        assert_eq!(Gpt2Config::new(10, 0, 1, 8, 2).validate(), Err(Gpt2ConfigError::Zero("context")));
+        assert!(Gpt2Config::new(10, 8, 1, 8, 2).with_dropout(1.0).validate().is_err());
+        for name in GPT2_PRESETS {
+            Gpt2Config::preset(name).unwrap().validate().unwrap();
+        }
+    }
+
+    fn tokens(batch: usize, seq: usize, vocab: usize, salt: usize) -> Tensor<Cpu, 2, Int> {
+        let ids: Vec<i64> = (0..batch * seq).map(|i| ((i * 7 + salt * 13) % vocab) as i64).collect();
+        Tensor::from_data(TensorData::new(ids, [batch, seq]), &Default::default())
+    }
+
+    #[test]
+    fn attention_is_causal() {
+        let config = Gpt2Config::new(50, 16, 2, 16, 2);
+        let model = config.init::<Cpu>(&Default::default());
+        let a = tokens(1, 10, 50, 0);
+        // Same first 6 tokens, different last 4.
+        let b = Tensor::cat(vec![a.clone().narrow(1, 0, 6), tokens(1, 4, 50, 5)], 1);
+        let (la, lb) = (model.forward(a), model.forward(b));
+        la.clone()
+            .narrow(1, 0, 6)
+            .into_data()
+            .assert_approx_eq::<f32>(&lb.clone().narrow(1, 0, 6).into_data(), Default::default());
+        let later = (la.narrow(1, 6, 4) - lb.narrow(1, 6, 4)).abs().max().into_scalar();
+        assert!(later > 1e-4, "later positions must see the changed tokens ({later})");
+    }
+
+    #[test]
+    fn chunked_loss_equals_the_full_loss() {
+        let config = Gpt2Config::new(61, 16, 1, 16, 2).with_pad_vocab_to(64);
+        let model = config.init::<Cpu>(&Default::default());
+        let (inputs, targets) = (tokens(3, 11, 61, 1), tokens(3, 11, 61, 2));
+        let full = model.loss(inputs.clone(), targets.clone()).into_scalar();
+        for chunk in [1, 3, 4, 11, 50] {
+            let chunked = model.loss_chunked(inputs.clone(), targets.clone(), chunk).into_scalar();
+            assert!((full - chunked).abs() < 1e-5, "chunk {chunk}: {chunked} vs {full}");
+        }
+        // An untrained model is close to uniform over the padded vocabulary.
+        assert!((full - (64f32).ln()).abs() < 0.3, "initial loss {full}");
+    }
+
+    #[test]
+    fn a_chunked_train_step_has_the_same_loss_and_gradients() {
+        type Ad = Autodiff<Cpu>;
+        let config = Gpt2Config::new(40, 8, 1, 8, 2);
+        let model = config.init::<Ad>(&Default::default());
+        let batch = || TokenBatch::<Ad> {
+            inputs: Tensor::from_inner(tokens(2, 8, 40, 3)),
+            targets: Tensor::from_inner(tokens(2, 8, 40, 4)),
+        };
+        let run = |model: Gpt2<Ad>| {
+            let output = TrainStep::step(&model, batch());
+            let grad: Tensor<Cpu, 2> = output.grads.get(model.token_embedding.weight.id).unwrap();
+            let qkv: Tensor<Cpu, 2> = output.grads.get(model.blocks[0].attention.qkv.weight.id).unwrap();
+            (output.item.loss.into_scalar(), grad, qkv)
+        };
+        // `init` materialises the weights, so the clone is the same model.
+        let (loss, grad, qkv) = run(model.clone());
+        let (chunked_loss, chunked_grad, chunked_qkv) = run(model.with_loss_chunk(Some(3)));
+        assert!((loss - chunked_loss).abs() < 1e-5, "{loss} vs {chunked_loss}");
+        let tolerance = burn::tensor::Tolerance::absolute(1e-6);
+        grad.into_data().assert_approx_eq::<f32>(&chunked_grad.into_data(), tolerance);
+        qkv.into_data().assert_approx_eq::<f32>(&chunked_qkv.into_data(), tolerance);
+    }
+}

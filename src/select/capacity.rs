@@ -1,0 +1,72 @@
+//! How much memory the chosen device has, where that can be known before allocating.
+//!
+//! - CUDA: the driver's `cuDeviceTotalMem` (loaded by hand, as the probe does).
+//! - CPU, and wgpu on a software adapter (llvmpipe): the host's `MemTotal`.
+//! - wgpu on a hardware adapter: unknown (wgpu reports buffer limits, not memory).
+
+use super::{Chosen, Selection};
+
+/// Bytes of memory the device has, or `None` where it cannot be known.
+pub fn device_memory(selection: &Selection) -> Option<u64> {
+    match &selection.chosen {
+        #[cfg(feature = "cuda")]
+        Chosen::Cuda { ordinal } => cuda_total_memory(*ordinal),
+        Chosen::Wgpu { adapter, .. } if adapter.kind.is_hardware() => None,
+        Chosen::Wgpu { .. } | Chosen::Cpu => host_memory(),
+    }
+}
+
+/// `MemTotal` from `/proc/meminfo` (Linux), in bytes.
+pub fn host_memory() -> Option<u64> {
+    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+    parse_mem_total(&info)
+}
+
+fn parse_mem_total(info: &str) -> Option<u64> {
+    let line = info.lines().find(|line| line.starts_with("MemTotal:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}
+
+/// Total memory of CUDA device `ordinal`, from the driver.
+#[cfg(feature = "cuda")]
+pub fn cuda_total_memory(ordinal: usize) -> Option<u64> {
+    type CuInit = unsafe extern "C" fn(u32) -> i32;
+    type CuDeviceGet = unsafe extern "C" fn(*mut i32, i32) -> i32;
+    type CuDeviceTotalMem = unsafe extern "C" fn(*mut usize, i32) -> i32;
+    // SAFETY: the driver API's documented C signatures; the library outlives the calls.
+    unsafe {
+        let lib = libloading::Library::new(super::probe::LIBCUDA).ok()?;
+        let init = lib.get::<CuInit>(b"cuInit\0").ok()?;
+        let device_get = lib.get::<CuDeviceGet>(b"cuDeviceGet\0").ok()?;
+        let total_mem = lib.get::<CuDeviceTotalMem>(b"cuDeviceTotalMem_v2\0").ok()?;
+        if init(0) != 0 {
+            return None;
+        }
+        let mut device = 0i32;
+        if device_get(&mut device, i32::try_from(ordinal).ok()?) != 0 {
+            return None;
+        }
+        let mut bytes = 0usize;
+        (total_mem(&mut bytes, device) == 0).then_some(bytes as u64)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mem_total_is_read_in_kib() {
+        let info = "MemFree:  10 kB\nMemTotal:       24576000 kB\nSwapTotal: 0 kB\n";
+        assert_eq!(parse_mem_total(info), Some(24_576_000 * 1024));
+        assert_eq!(parse_mem_total("MemFree: 1 kB\n"), None);
+    }
+
+    #[test]
+    fn this_host_reports_its_memory() {
+        if cfg!(target_os = "linux") {
+            assert!(host_memory().unwrap() > 64 << 20);
+        }
+    }
+}

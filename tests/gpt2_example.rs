@@ -1,0 +1,187 @@
+//! The GPT-2 example as a user runs it: both modes end to end on wgpu (llvmpipe in CI),
+//! resuming, and every bad input the issue lists, each a clear error with a non-zero exit
+//! that overwrites nothing.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// The `gpt2_small_hybrid` example binary, which `cargo test` builds beside the tests.
+fn example() -> Command {
+    let exe = std::env::current_exe().expect("test binary path");
+    let dir = exe.parent().and_then(|deps| deps.parent()).expect("target/<profile>");
+    let path = dir.join("examples").join(format!("gpt2_small_hybrid{}", std::env::consts::EXE_SUFFIX));
+    assert!(path.exists(), "{} is missing: run through `cargo test`, which builds the examples", path.display());
+    let mut command = Command::new(path);
+    command.env_remove("LEANBURN_BACKEND").env_remove("LEANBURN_ALLOW_SOFTWARE");
+    command
+}
+
+/// Real text every checkout has: this crate's own sources.
+fn sources() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
+}
+
+/// A fresh, empty directory under the target directory's tmp.
+fn scratch(name: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("gpt2_example-{name}"));
+    let _ = fs::remove_dir_all(&dir);
+    fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn text(output: &Output) -> String {
+    format!(
+        "status {:?}\nstdout:\n{}\nstderr:\n{}",
+        output.status.code(),
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    )
+}
+
+/// A tiny run on wgpu (software adapters allowed), with `extra` arguments.
+fn tiny_run(out: &Path, extra: &[&str]) -> Output {
+    let mut command = example();
+    command.args(["--backend", "wgpu", "--allow-software", "--preset", "gpt2-tiny"]);
+    command.args(["--batch", "2", "--seq", "16", "--eval-every", "3", "--eval-batches", "1"]);
+    command.args(["--checkpoint-every", "3", "--corpus-mib", "1"]);
+    command.arg("--data").arg(sources()).arg("--out").arg(out).args(extra);
+    command.output().unwrap()
+}
+
+fn lines(path: &Path) -> usize {
+    fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display())).lines().count()
+}
+
+fn assert_fails(output: &Output, code: i32, needle: &str) {
+    let all = text(output);
+    assert_eq!(output.status.code(), Some(code), "{all}");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains(needle), "stderr lacks {needle:?}:\n{all}");
+}
+
+#[test]
+fn both_modes_run_end_to_end_write_their_files_and_resume() {
+    let out = scratch("modes");
+    let full = tiny_run(&out, &["--mode", "full", "--steps", "6"]);
+    assert!(full.status.success(), "{}", text(&full));
+    assert_eq!(lines(&out.join("metrics-full.jsonl")), 6);
+    // Header, step 0, steps 3 and 6.
+    assert_eq!(lines(&out.join("validation-full.csv")), 4);
+    assert!(out.join("checkpoints-full/latest").exists());
+    let progress = String::from_utf8_lossy(&full.stderr);
+    assert!(progress.contains("step     3: validation loss"), "progress without a terminal:\n{}", text(&full));
+    let summary = String::from_utf8_lossy(&full.stdout);
+    assert!(summary.contains("validation loss") && summary.contains("checkpoint of step 6"), "{}", text(&full));
+
+    // Hybrid with a short warmup, so that predicted steps happen.
+    let hybrid = tiny_run(&out, &["--mode", "hybrid", "--steps", "12", "--warmup", "3"]);
+    assert!(hybrid.status.success(), "{}", text(&hybrid));
+    let records: Vec<serde_json::Value> = fs::read_to_string(out.join("metrics-hybrid.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    assert_eq!(records.len(), 12);
+    assert!(records.iter().any(|r| r["predicted"] == true), "a hybrid run predicts steps:\n{}", text(&hybrid));
+    let plot = fs::read_to_string(out.join("gpt2.svg")).unwrap();
+    assert!(plot.contains("<svg") && plot.contains("hybrid") && plot.contains("full"), "both modes in the plot");
+
+    // Resume the full run to step 9: three more records, appended.
+    let resumed = tiny_run(&out, &["--mode", "full", "--steps", "9", "--resume"]);
+    assert!(resumed.status.success(), "{}", text(&resumed));
+    assert_eq!(lines(&out.join("metrics-full.jsonl")), 9);
+    let steps: Vec<u64> = fs::read_to_string(out.join("metrics-full.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|line| serde_json::from_str::<serde_json::Value>(line).unwrap()["step"].as_u64().unwrap())
+        .collect();
+    assert_eq!(steps, (0..9).collect::<Vec<_>>(), "steps continue where the checkpoint left off");
+}
+
+#[test]
+fn a_corrupt_checkpoint_on_resume_is_an_error_that_changes_nothing() {
+    let out = scratch("corrupt");
+    let first = tiny_run(&out, &["--mode", "full", "--steps", "3"]);
+    assert!(first.status.success(), "{}", text(&first));
+    let checkpoints = out.join("checkpoints-full");
+    let latest = fs::read_to_string(checkpoints.join("latest")).unwrap();
+    let model = checkpoints.join(latest.trim()).join("model.bin");
+    let bytes = fs::read(&model).unwrap();
+    fs::write(&model, &bytes[..bytes.len() / 2]).unwrap();
+    let metrics_before = fs::read(out.join("metrics-full.jsonl")).unwrap();
+
+    let resumed = tiny_run(&out, &["--mode", "full", "--steps", "6", "--resume"]);
+    assert_fails(&resumed, 2, "--resume");
+    assert_eq!(fs::read(out.join("metrics-full.jsonl")).unwrap(), metrics_before);
+}
+
+#[test]
+fn an_earlier_run_is_not_overwritten_without_asking() {
+    let out = scratch("existing");
+    fs::write(out.join("metrics-hybrid.jsonl"), "keep me\n").unwrap();
+    let output = tiny_run(&out, &["--steps", "2"]);
+    assert_fails(&output, 2, "--overwrite");
+    assert_eq!(fs::read_to_string(out.join("metrics-hybrid.jsonl")).unwrap(), "keep me\n");
+}
+
+#[test]
+fn resume_without_a_checkpoint_is_an_error() {
+    let out = scratch("no-checkpoint");
+    assert_fails(&tiny_run(&out, &["--resume", "--steps", "2"]), 2, "no hybrid checkpoint");
+}
+
+#[test]
+fn missing_empty_and_binary_data_are_errors() {
+    let dir = scratch("data");
+    let out = dir.join("out");
+    let run = |data: &Path| {
+        example()
+            .args(["--backend", "cpu", "--preset", "gpt2-tiny", "--steps", "2", "--data"])
+            .arg(data)
+            .arg("--out")
+            .arg(&out)
+            .output()
+            .unwrap()
+    };
+    assert_fails(&run(&dir.join("nowhere.txt")), 2, "nowhere.txt");
+
+    let empty = dir.join("empty.txt");
+    fs::write(&empty, "").unwrap();
+    assert_fails(&run(&empty), 2, "empty.txt");
+
+    let binary = dir.join("binary");
+    fs::create_dir_all(&binary).unwrap();
+    fs::write(binary.join("a.txt"), [0xff, 0xfe, 0x00, 0x81]).unwrap();
+    fs::write(binary.join("b.txt"), [0xc3, 0x28]).unwrap();
+    assert_fails(&run(&binary), 2, "2 non-UTF-8");
+
+    let short = dir.join("short.txt");
+    fs::write(&short, "a few words only").unwrap();
+    assert_fails(&run(&short), 2, "too few");
+}
+
+#[test]
+fn bad_flags_are_rejected_before_any_work() {
+    let out = scratch("flags");
+    let run = |args: &[&str]| example().args(["--backend", "cpu", "--out"]).arg(&out).args(args).output().unwrap();
+    assert_fails(&run(&["--steps", "0"]), 2, "--steps");
+    assert_fails(&run(&["--preset", "gpt2-huge"]), 2, "gpt2-small");
+    assert_fails(&run(&["--preset", "gpt2-tiny", "--seq", "65"]), 2, "context");
+    assert_fails(&run(&["--lr=0"]), 2, "--lr");
+    // A batch no host could hold: refused by the memory plan, with the way out named.
+    assert_fails(&run(&["--preset", "gpt2-tiny", "--batch", "1000000", "--seq", "64"]), 2, "--loss-chunk");
+}
+
+#[test]
+fn an_unwritable_out_is_an_error() {
+    let dir = scratch("unwritable");
+    let file = dir.join("a-file");
+    fs::write(&file, "not a directory").unwrap();
+    let output = example()
+        .args(["--backend", "cpu", "--preset", "gpt2-tiny", "--steps", "2", "--out"])
+        .arg(file.join("run"))
+        .output()
+        .unwrap();
+    assert_fails(&output, 2, "not a writable directory");
+}
