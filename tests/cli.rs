@@ -1,26 +1,14 @@
 //! The command line as a user meets it: bad backend names, unavailable backends, a run.
 
-use std::path::PathBuf;
-use std::process::{Command, Output};
+use std::process::Command;
 
-/// The `memory_demo` example binary, which `cargo test` builds beside the test binaries.
+mod common;
+
+use common::output_text as text;
+
+/// The `memory_demo` example binary.
 fn demo() -> Command {
-    let exe = std::env::current_exe().expect("test binary path");
-    let dir = exe.parent().and_then(|deps| deps.parent()).expect("target/<profile>");
-    let path: PathBuf = dir.join("examples").join(format!("memory_demo{}", std::env::consts::EXE_SUFFIX));
-    assert!(path.exists(), "{} is missing: run through `cargo test`, which builds the examples", path.display());
-    let mut command = Command::new(path);
-    command.env_remove("LEANBURN_BACKEND").env_remove("LEANBURN_ALLOW_SOFTWARE");
-    command
-}
-
-fn text(output: &Output) -> String {
-    format!(
-        "status {:?}\nstdout:\n{}\nstderr:\n{}",
-        output.status.code(),
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    )
+    common::example("memory_demo")
 }
 
 #[test]

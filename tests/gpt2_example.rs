@@ -6,15 +6,13 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-/// The `gpt2_small_hybrid` example binary, which `cargo test` builds beside the tests.
+mod common;
+
+use common::output_text as text;
+
+/// The `gpt2_small_hybrid` example binary.
 fn example() -> Command {
-    let exe = std::env::current_exe().expect("test binary path");
-    let dir = exe.parent().and_then(|deps| deps.parent()).expect("target/<profile>");
-    let path = dir.join("examples").join(format!("gpt2_small_hybrid{}", std::env::consts::EXE_SUFFIX));
-    assert!(path.exists(), "{} is missing: run through `cargo test`, which builds the examples", path.display());
-    let mut command = Command::new(path);
-    command.env_remove("LEANBURN_BACKEND").env_remove("LEANBURN_ALLOW_SOFTWARE");
-    command
+    common::example("gpt2_small_hybrid")
 }
 
 /// Real text every checkout has: this crate's own sources.
@@ -28,15 +26,6 @@ fn scratch(name: &str) -> PathBuf {
     let _ = fs::remove_dir_all(&dir);
     fs::create_dir_all(&dir).unwrap();
     dir
-}
-
-fn text(output: &Output) -> String {
-    format!(
-        "status {:?}\nstdout:\n{}\nstderr:\n{}",
-        output.status.code(),
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    )
 }
 
 /// A tiny run on wgpu (software adapters allowed), with `extra` arguments.

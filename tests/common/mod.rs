@@ -1,6 +1,7 @@
 //! Shared pieces of the integration tests.
 #![allow(dead_code)]
 
+use std::process::{Command, Output};
 use std::sync::{Mutex, MutexGuard};
 
 use burn::backend::wgpu::WgpuDevice;
@@ -31,4 +32,26 @@ pub fn image_batch<B: Backend>(
     let images = Tensor::random([size, 3, side, side], Distribution::Normal(0.0, 1.0), device);
     let labels: Vec<i64> = (0..size).map(|i| ((i as u64 + step) % CLASSES as u64) as i64).collect();
     (images, Tensor::from_data(TensorData::new(labels, [size]), device))
+}
+
+/// An example binary, which `cargo test` builds beside the test binaries, with the
+/// backend-selection environment cleared.
+pub fn example(name: &str) -> Command {
+    let exe = std::env::current_exe().expect("test binary path");
+    let dir = exe.parent().and_then(|deps| deps.parent()).expect("target/<profile>");
+    let path = dir.join("examples").join(format!("{name}{}", std::env::consts::EXE_SUFFIX));
+    assert!(path.exists(), "{} is missing: run through `cargo test`, which builds the examples", path.display());
+    let mut command = Command::new(path);
+    command.env_remove("LEANBURN_BACKEND").env_remove("LEANBURN_ALLOW_SOFTWARE");
+    command
+}
+
+/// A finished command's exit status and output, for assertion messages.
+pub fn output_text(output: &Output) -> String {
+    format!(
+        "status {:?}\nstdout:\n{}\nstderr:\n{}",
+        output.status.code(),
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    )
 }
