@@ -17,22 +17,21 @@
 //! (train/validation loss and device memory against step, both modes overlaid when both
 //! have run).
 
-use std::fs;
-use std::io::Write;
-use std::path::{Path, PathBuf};
+mod common;
+
+use std::path::PathBuf;
 use std::time::Instant;
 
 use burn::module::AutodiffModule;
 use burn::optim::grad_clipping::GradientClippingConfig;
 use burn::optim::AdamWConfig;
-use clap::{Parser, ValueEnum};
-use indicatif::{ProgressBar, ProgressStyle};
+use clap::Parser;
+use common::{bad_input, broke, exit_on_failure, plot_runs, prepare_out, start_trainer, summary, train_loop, Failure, LoopSettings, Mode, RunFiles, Start, Validation};
 use leanburn::data::{evaluation_windows, Corpus, CorpusSource, Gpt2Tokenizer, HostBatch, Split, TokenDataset, WindowSampler};
-use leanburn::memory::{format_bytes, LeakDetector};
+use leanburn::memory::format_bytes;
 use leanburn::model::{Gpt2, Gpt2Config, Gpt2MemoryEstimate, GPT2_PRESETS};
 use leanburn::select::{device_memory, select, BackendArgs, BackendJob, Chosen, Selection, TrainBackend};
-use leanburn::trainer::{HybridConfig, HybridTrainer, LrSchedule, StepRecord};
-use plotters::prelude::*;
+use leanburn::trainer::HybridConfig;
 
 #[derive(Parser, Debug, Clone)]
 #[command(about = "Train GPT-2 with leanburn's HybridTrainer on real text")]
@@ -101,41 +100,8 @@ struct Args {
     seed: u64,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-enum Mode {
-    Hybrid,
-    Full,
-}
-
-impl Mode {
-    fn name(self) -> &'static str {
-        match self {
-            Mode::Hybrid => "hybrid",
-            Mode::Full => "full",
-        }
-    }
-}
-
-/// A failure and the exit code it gets: 2 for bad input, 1 for a run that broke.
-struct Failure {
-    code: i32,
-    message: String,
-}
-
-fn bad_input(message: impl Into<String>) -> Failure {
-    Failure { code: 2, message: message.into() }
-}
-
-fn broke(message: impl Into<String>) -> Failure {
-    Failure { code: 1, message: message.into() }
-}
-
 fn main() {
-    let args = Args::parse();
-    if let Err(failure) = run(args) {
-        eprintln!("error: {}", failure.message);
-        std::process::exit(failure.code);
-    }
+    exit_on_failure(run(Args::parse()));
 }
 
 /// Everything a run needs, settled before any device work.
@@ -151,25 +117,6 @@ struct Plan {
     files: RunFiles,
     data: TokenDataset,
     validation: Vec<HostBatch>,
-}
-
-/// Where a mode's outputs go inside `--out`.
-struct RunFiles {
-    out: PathBuf,
-    metrics: PathBuf,
-    validation: PathBuf,
-    checkpoints: PathBuf,
-}
-
-impl RunFiles {
-    fn new(out: &Path, mode: Mode) -> Self {
-        Self {
-            out: out.to_path_buf(),
-            metrics: out.join(format!("metrics-{}.jsonl", mode.name())),
-            validation: out.join(format!("validation-{}.csv", mode.name())),
-            checkpoints: out.join(format!("checkpoints-{}", mode.name())),
-        }
-    }
 }
 
 fn run(args: Args) -> Result<(), Failure> {
@@ -199,7 +146,7 @@ fn run(args: Args) -> Result<(), Failure> {
     let loss_chunk = args.loss_chunk.map(|c| c as usize);
 
     check_memory(&args, &selection, &config, &preset, batch, seq, loss_chunk)?;
-    let files = prepare_out(&args)?;
+    let files = prepare_out(&args.out, args.mode, args.resume, args.overwrite)?;
 
     let corpus = match &args.data {
         Some(path) => Corpus::from_path(path, Some((args.corpus_mib as usize) << 20)),
@@ -241,13 +188,9 @@ fn run(args: Args) -> Result<(), Failure> {
     let validation = if validation.is_empty() { evaluation_windows(data.validation(), 1, seq, 1) } else { validation };
 
     let plan = Plan { args, preset, config, batch, seq, steps, lr, loss_chunk, files, data, validation };
-    let summary = selection.run(plan)?;
-    println!("{summary}");
-    let plot = summary.out.join("gpt2.svg");
-    match write_plot(&summary.out, &plot) {
-        Ok(modes) => println!("plot: {} ({})", plot.display(), modes.join(" and ")),
-        Err(err) => eprintln!("warning: no plot written: {err}"),
-    }
+    let out = plan.files.out.clone();
+    println!("{}", selection.run(plan)?);
+    plot_runs(&out, "gpt2", "GPT-2");
     Ok(())
 }
 
@@ -289,54 +232,8 @@ fn check_memory(
     }
 }
 
-/// Creates `--out`, checks it is writable, and refuses to overwrite an earlier run unless
-/// asked to (or to resume one that is there).
-fn prepare_out(args: &Args) -> Result<RunFiles, Failure> {
-    let files = RunFiles::new(&args.out, args.mode);
-    let unusable = |err: std::io::Error| bad_input(format!("--out {} is not a writable directory: {err}", args.out.display()));
-    fs::create_dir_all(&args.out).map_err(unusable)?;
-    let probe = args.out.join(".write-test");
-    fs::write(&probe, b"").map_err(unusable)?;
-    let _ = fs::remove_file(&probe);
-    let earlier = files.metrics.exists() || files.checkpoints.exists();
-    if args.resume && !files.checkpoints.join("latest").exists() {
-        return Err(bad_input(format!(
-            "--resume: no {} checkpoint in {}",
-            args.mode.name(),
-            files.checkpoints.display()
-        )));
-    }
-    if earlier && !args.resume {
-        if !args.overwrite {
-            return Err(bad_input(format!(
-                "{} already holds a {} run; pass --resume to continue it, --overwrite to replace it, \
-                 or another --out",
-                args.out.display(),
-                args.mode.name()
-            )));
-        }
-        for path in [&files.metrics, &files.validation] {
-            let _ = fs::remove_file(path);
-        }
-        let _ = fs::remove_dir_all(&files.checkpoints);
-    }
-    Ok(files)
-}
-
-/// What a finished run prints.
-struct Summary {
-    out: PathBuf,
-    text: String,
-}
-
-impl std::fmt::Display for Summary {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.text)
-    }
-}
-
 impl BackendJob for Plan {
-    type Output = Result<Summary, Failure>;
+    type Output = Result<String, Failure>;
 
     fn run<B: TrainBackend>(self, device: B::Device) -> Self::Output {
         let args = &self.args;
@@ -347,27 +244,15 @@ impl BackendJob for Plan {
             .with_grad_clipping(Some(GradientClippingConfig::Norm(1.0)))
             .init();
         let files = &self.files;
-        let mut trainer = if args.resume {
-            HybridTrainer::resume(model, optimizer, &files.checkpoints, device.clone())
-                .map_err(|e| bad_input(format!("--resume: {e}")))?
-                .with_metrics_appended(&files.metrics)
-        } else {
-            let config = match args.mode {
-                Mode::Hybrid => HybridConfig::default().with_warmup_steps(args.warmup as usize),
-                Mode::Full => HybridConfig::all_full(),
-            }
-            .with_seed(args.seed);
-            let lr = LrSchedule::WarmupCosine {
-                peak: self.lr,
-                warmup_steps: (self.steps / 10).max(1),
-                total_steps: self.steps,
-                min_lr: self.lr / 10.0,
-            };
-            HybridTrainer::new(model, optimizer, config, lr, device.clone())
-                .map_err(|e| bad_input(e.to_string()))?
-                .with_metrics(&files.metrics)
-        }
-        .map_err(|e| bad_input(e.to_string()))?;
+        let start = Start {
+            mode: args.mode,
+            resume: args.resume,
+            warmup: args.warmup as usize,
+            seed: args.seed,
+            peak_lr: self.lr,
+            steps: self.steps,
+        };
+        let mut trainer = start_trainer(model, optimizer, &start, files, device.clone())?;
 
         // The same stream of batches as an uninterrupted run: skip what was consumed.
         let mut sampler = WindowSampler::new(self.batch, self.seq, args.seed).map_err(|e| bad_input(e.to_string()))?;
@@ -378,15 +263,6 @@ impl BackendJob for Plan {
         if first >= self.steps {
             return Err(bad_input(format!("the run in {} already took {first} of --steps {}", files.out.display(), self.steps)));
         }
-        let mut validation_log = fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&files.validation)
-            .map_err(|e| broke(format!("{}: {e}", files.validation.display())))?;
-        if first == 0 {
-            writeln!(validation_log, "step,train_seconds,validation_loss").map_err(|e| broke(e.to_string()))?;
-        }
-
         eprintln!(
             "training {} on {} for steps {}..{} ({} mode), peak lr {}",
             self.preset,
@@ -396,183 +272,19 @@ impl BackendJob for Plan {
             args.mode.name(),
             self.lr
         );
-        let progress = ProgressBar::new(self.steps as u64).with_position(first as u64);
-        progress.set_style(
-            ProgressStyle::with_template("{bar:30} {pos}/{len} [{elapsed_precise}<{eta_precise}] {msg}")
-                .expect("a valid template"),
-        );
-        let mut detector = LeakDetector::new(50);
-        // Training time so far, carried across resumes by the checkpointed statistics.
-        let resumed = trainer.statistics();
-        let mut train_seconds = resumed.full_seconds + resumed.predict_seconds;
-        let mut tokens_seen = resumed.total_items as usize;
-        let mut last_checkpoint = None;
-        let mut records: Vec<StepRecord> = Vec::new();
-        let mut validation_loss = f64::NAN;
-        let evaluate = |trainer: &HybridTrainer<B, Gpt2<B>, _, _>| trainer.model().valid().evaluate(&self.validation, &device);
-        if first == 0 {
-            validation_loss = evaluate(&trainer);
-            writeln!(validation_log, "0,0,{validation_loss}").map_err(|e| broke(e.to_string()))?;
-            progress.suspend(|| eprintln!("step     0: validation loss {validation_loss:.4}"));
-        }
-
-        for step in first + 1..=self.steps {
-            let batch = sampler.sample(self.data.train(), Split::Train).map_err(|e| broke(e.to_string()))?;
-            let record = trainer.step(batch.into_device::<B>(&device)).map_err(|e| broke(format!("step {step}: {e}")))?;
-            train_seconds += record.seconds;
-            tokens_seen += record.items;
-            if let Some(memory) = record.memory {
-                if step > first + trainer.config().warmup_steps.min(self.steps / 5) {
-                    detector.record(step as u64, memory.bytes_in_use);
-                }
-            }
-            progress.set_message(format!(
-                "{:<7} loss {:.3}  {:.0} tok/s  {}",
-                record.phase.to_string(),
-                record.loss,
-                record.items_per_second,
-                record.memory.map_or("".into(), |m| format!("in use {}", format_bytes(m.bytes_in_use as f64)))
-            ));
-            progress.inc(1);
-            records.push(record);
-
-            if step % args.eval_every as usize == 0 || step == self.steps {
-                validation_loss = evaluate(&trainer);
-                writeln!(validation_log, "{step},{train_seconds},{validation_loss}").map_err(|e| broke(e.to_string()))?;
-                // Printed whether or not the bar is drawn (it is hidden when stderr is no terminal).
-                progress.suspend(|| {
-                    eprintln!(
-                        "step {step:>5}: validation loss {validation_loss:.4}, {:.0} tok/s",
-                        tokens_seen as f64 / train_seconds.max(1e-9)
-                    )
-                });
-            }
-            if (step % args.checkpoint_every as usize == 0 || step == self.steps) && trainer.can_checkpoint() {
-                let path = trainer.save_checkpoint(&files.checkpoints).map_err(|e| broke(e.to_string()))?;
-                last_checkpoint = Some((step, path));
-            }
-        }
-        progress.finish_and_clear();
-
-        let stats = trainer.statistics();
-        let recent: Vec<f64> = records.iter().rev().filter(|r| !r.predicted).take(10).map(|r| r.loss).collect();
-        let train_loss = recent.iter().sum::<f64>() / recent.len().max(1) as f64;
-        let final_in_use = records.last().and_then(|r| r.memory).map(|m| m.bytes_in_use);
-        let mut text = format!(
-            "\n{} ({} mode) on {}: {} steps\n\
-             train loss (last 10 full steps) {train_loss:.4}, validation loss {validation_loss:.4}\n\
-             {:.0} tokens/s over {:.1} s of training; {:.0}% of steps predicted, {} rolled back\n",
-            self.preset,
-            args.mode.name(),
-            B::name(&device),
-            stats.steps,
-            tokens_seen as f64 / train_seconds.max(1e-9),
-            train_seconds,
-            stats.predicted_share * 100.0,
-            stats.rollbacks,
-        );
-        if let (Some(peak), Some(last)) = (stats.peak_bytes_in_use, final_in_use) {
-            text += &format!(
-                "device memory in use: peak {}, final {}; after warmup {}\n",
-                format_bytes(peak as f64),
-                format_bytes(last as f64),
-                detector.report()
-            );
-        } else {
-            text += "device memory: not available on this backend (no device pool to read)\n";
-        }
-        text += &match last_checkpoint {
-            Some((step, path)) => format!("checkpoint of step {step}: {} (continue with --resume)\n", path.display()),
-            None => "no checkpoint written: the run ended inside a predict block\n".into(),
+        let settings = LoopSettings {
+            steps: self.steps,
+            eval_every: args.eval_every as usize,
+            checkpoint_every: args.checkpoint_every as usize,
+            item: "tok",
         };
-        text += &format!("metrics: {}", files.metrics.display());
-        Ok(Summary { out: files.out.clone(), text })
+        let next_batch = || {
+            let batch = sampler.sample(self.data.train(), Split::Train).map_err(|e| broke(e.to_string()))?;
+            Ok(batch.into_device::<B>(&device))
+        };
+        let validate = |model: &Gpt2<B>| Validation { loss: model.valid().evaluate(&self.validation, &device), accuracy: None };
+        let outcome = train_loop(&mut trainer, files, &settings, next_batch, validate)?;
+        let title = format!("{} ({} mode) on {}", self.preset, args.mode.name(), B::name(&device));
+        Ok(summary(&title, &trainer.statistics(), &outcome, files, "tokens"))
     }
-}
-
-/// One mode's curves, read back from its files.
-struct Curves {
-    mode: &'static str,
-    train: Vec<(f64, f64)>,
-    validation: Vec<(f64, f64)>,
-    memory_mib: Vec<(f64, f64)>,
-}
-
-fn read_curves(out: &Path, mode: Mode) -> Option<Curves> {
-    let metrics = fs::read_to_string(RunFiles::new(out, mode).metrics).ok()?;
-    let records: Vec<StepRecord> = metrics.lines().filter_map(|line| serde_json::from_str(line).ok()).collect();
-    let validation = fs::read_to_string(RunFiles::new(out, mode).validation).unwrap_or_default();
-    Some(Curves {
-        mode: mode.name(),
-        train: records.iter().filter(|r| r.loss.is_finite()).map(|r| (r.step as f64 + 1.0, r.loss)).collect(),
-        validation: validation
-            .lines()
-            .skip(1)
-            .filter_map(|line| {
-                let fields: Vec<&str> = line.split(',').collect();
-                Some((fields.first()?.parse().ok()?, fields.get(2)?.parse().ok()?))
-            })
-            .collect(),
-        memory_mib: records
-            .iter()
-            .filter_map(|r| r.memory.map(|m| (r.step as f64 + 1.0, m.bytes_in_use as f64 / (1 << 20) as f64)))
-            .collect(),
-    })
-    .filter(|c| !c.train.is_empty())
-}
-
-/// Loss (top) and device memory (bottom) against step for every mode that has run.
-fn write_plot(out: &Path, path: &Path) -> Result<Vec<&'static str>, Box<dyn std::error::Error>> {
-    let runs: Vec<Curves> = [Mode::Hybrid, Mode::Full].into_iter().filter_map(|m| read_curves(out, m)).collect();
-    if runs.is_empty() {
-        return Err("no metrics to plot".into());
-    }
-    let max_step = runs.iter().flat_map(|r| r.train.iter().map(|p| p.0)).fold(1.0, f64::max);
-    let losses = runs.iter().flat_map(|r| r.train.iter().chain(&r.validation).map(|p| p.1));
-    let (low, high) = losses.fold((f64::MAX, f64::MIN), |(lo, hi), l| (lo.min(l), hi.max(l)));
-    let max_mib = runs.iter().flat_map(|r| r.memory_mib.iter().map(|p| p.1)).fold(1.0, f64::max);
-
-    let root = SVGBackend::new(path, (900, 700)).into_drawing_area();
-    root.fill(&WHITE)?;
-    let (top, bottom) = root.split_vertically(420);
-    let mut loss_chart = ChartBuilder::on(&top)
-        .caption("GPT-2: loss against step", ("sans-serif", 20))
-        .margin(10)
-        .x_label_area_size(30)
-        .y_label_area_size(50)
-        .build_cartesian_2d(0.0..max_step, (low * 0.95)..(high * 1.02))?;
-    loss_chart.configure_mesh().x_desc("step").y_desc("loss").draw()?;
-    let has_memory = runs.iter().any(|r| !r.memory_mib.is_empty());
-    let memory_caption = if has_memory {
-        "device memory in use (MiB)"
-    } else {
-        "device memory in use: not available on this backend"
-    };
-    let mut memory_chart = ChartBuilder::on(&bottom)
-        .caption(memory_caption, ("sans-serif", 16))
-        .margin(10)
-        .x_label_area_size(30)
-        .y_label_area_size(50)
-        .build_cartesian_2d(0.0..max_step, 0.0..max_mib * 1.1)?;
-    memory_chart.configure_mesh().x_desc("step").y_desc("MiB").draw()?;
-
-    for (index, run) in runs.iter().enumerate() {
-        let colour = Palette99::pick(index * 2).to_rgba();
-        loss_chart
-            .draw_series(LineSeries::new(run.train.iter().copied(), colour.mix(0.35)))?
-            .label(format!("{} train", run.mode))
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], colour.mix(0.35)));
-        loss_chart
-            .draw_series(LineSeries::new(run.validation.iter().copied(), colour.stroke_width(2)))?
-            .label(format!("{} validation", run.mode))
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], colour.stroke_width(2)));
-        memory_chart
-            .draw_series(LineSeries::new(run.memory_mib.iter().copied(), colour))?
-            .label(run.mode)
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], colour));
-    }
-    loss_chart.configure_series_labels().border_style(BLACK).background_style(WHITE.mix(0.8)).draw()?;
-    memory_chart.configure_series_labels().border_style(BLACK).background_style(WHITE.mix(0.8)).draw()?;
-    root.present()?;
-    Ok(runs.iter().map(|r| r.mode).collect())
 }

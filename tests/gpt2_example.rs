@@ -20,12 +20,8 @@ fn sources() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
 }
 
-/// A fresh, empty directory under the target directory's tmp.
 fn scratch(name: &str) -> PathBuf {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("gpt2_example-{name}"));
-    let _ = fs::remove_dir_all(&dir);
-    fs::create_dir_all(&dir).unwrap();
-    dir
+    common::scratch(&format!("gpt2_example-{name}"))
 }
 
 /// A tiny run on wgpu (software adapters allowed), with `extra` arguments.

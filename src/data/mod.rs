@@ -1,4 +1,5 @@
-//! Text data for language-model training: a corpus on disk to batches on the device.
+//! Text data for language-model training: a corpus on disk to batches on the device;
+//! and [`ShapeSampler`], generated images of shapes for the conv-net example.
 //!
 //! ```text
 //!  files ──Corpus──▶ host text ──Gpt2Tokenizer──▶ host tokens (Vec<u32>)
@@ -30,10 +31,12 @@ mod batcher;
 mod corpus;
 mod dataset;
 mod error;
+mod shapes;
 mod tokenizer;
 
 pub use batcher::{evaluation_windows, HostBatch, TokenBatch, WindowSampler};
 pub use corpus::{cargo_registry_dir, Corpus, CorpusSource};
 pub use dataset::{Split, TokenDataset};
 pub use error::DataError;
+pub use shapes::{shapes_validation, ImageBatch, ShapeKind, ShapeSampler, SHAPE_CLASSES};
 pub use tokenizer::{Gpt2Tokenizer, END_OF_TEXT, GPT2_VOCAB_SIZE};

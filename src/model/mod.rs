@@ -1,11 +1,13 @@
 //! Models leanburn ships: small, deterministic ones for the examples and memory tests.
 
+mod conv_classifier;
 mod gpt2;
 mod gpt2_memory;
 mod lm_head_loss;
 mod materialize;
 mod small_cnn;
 
+pub use conv_classifier::{ConvBlock, ConvClassifier, ConvClassifierConfig, Evaluation};
 pub use gpt2::{Gpt2, Gpt2Config, Gpt2ConfigError, LanguageModelOutput, GPT2_PRESETS, GPT2_VOCAB};
 pub use gpt2_memory::Gpt2MemoryEstimate;
 pub use lm_head_loss::{chunked_lm_head_loss, fused_lm_head_loss};

@@ -3,7 +3,7 @@
 //! one batch per step never holds more than that batch. Measured on wgpu (llvmpipe in CI),
 //! with a control that keeps every batch and is caught.
 
-mod common;
+
 
 use std::path::Path;
 
@@ -23,8 +23,8 @@ fn in_use(device: &burn::backend::wgpu::WgpuDevice) -> u64 {
 
 #[test]
 fn the_dataset_stays_on_the_host_and_only_one_batch_is_on_the_device() {
-    let _device_lock = common::exclusive_device();
-    let device = common::wgpu_device();
+    let _device_lock = crate::common::exclusive_device();
+    let device = crate::common::wgpu_device();
     // Make sure the device is up before the baseline.
     let _ = burn::tensor::Tensor::<Wgpu, 1>::zeros([1], &device);
     let baseline = in_use(&device);
@@ -55,5 +55,35 @@ fn the_dataset_stays_on_the_host_and_only_one_batch_is_on_the_device() {
         .collect();
     let held = in_use(&device) - baseline;
     assert!(held > ONE_BATCH_BYTES, "the control should exceed one batch: {held} B");
+    drop(kept);
+}
+
+#[test]
+fn the_shapes_dataset_stays_on_the_host_and_only_one_batch_is_on_the_device() {
+    let _device_lock = crate::common::exclusive_device();
+    let device = crate::common::wgpu_device();
+    let _ = burn::tensor::Tensor::<Wgpu, 1>::zeros([1], &device);
+    let baseline = in_use(&device);
+
+    let mut sampler = leanburn::data::ShapeSampler::new(32, 8, 3).unwrap();
+    let validation = leanburn::data::shapes_validation(32, 8, 4, 3).unwrap();
+    let host = sampler.sample();
+    assert_eq!(in_use(&device), baseline, "generating images touched the device");
+
+    // Images (f32) and labels (i32 on this backend), one alignment slack each.
+    let one_batch = (8 * 3 * 32 * 32 * 4 + 8 * 4 + 2 * 256) as u64;
+    let mut peak = baseline;
+    for batch in validation.iter().chain([&host]) {
+        let on_device = batch.to_device::<Wgpu>(&device);
+        peak = peak.max(in_use(&device));
+        drop(on_device);
+    }
+    println!("baseline {baseline} B, peak {peak} B, one batch ≤ {one_batch} B");
+    assert!(peak > baseline && peak - baseline <= one_batch, "resident: {} B", peak - baseline);
+    assert_eq!(in_use(&device), baseline, "dropped batches must leave nothing behind");
+
+    // Control: keeping the validation set on the device is caught by the same bound.
+    let kept: Vec<_> = validation.iter().map(|b| b.to_device::<Wgpu>(&device)).collect();
+    assert!(in_use(&device) - baseline > one_batch);
     drop(kept);
 }

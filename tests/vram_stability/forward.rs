@@ -3,13 +3,13 @@
 //! Each test asserts on measured `bytes_in_use`; the first is the control that shows the
 //! measurement catches the failure leanburn exists to prevent.
 
-mod common;
+
 
 use burn::backend::{Autodiff, Wgpu};
 use burn::module::AutodiffModule;
 use burn::optim::{AdamConfig, GradientsParams, Optimizer};
 use burn::prelude::*;
-use common::{exclusive_device, image_batch, wgpu_device, CLASSES};
+use crate::common::{exclusive_device, image_batch, wgpu_device, CLASSES};
 use leanburn::memory::{LeakVerdict, MemoryMonitor, MemoryProbe};
 use leanburn::model::SmallCnnConfig;
 
@@ -96,4 +96,46 @@ fn full_training_steps_stay_flat_after_the_first() {
     assert_eq!(leak.verdict, LeakVerdict::Flat, "{report}");
     let last = report.current.unwrap();
     assert!(last.bytes_in_use <= after_first.unwrap().bytes_in_use + FLAT_SLACK, "{report}");
+}
+
+/// Token batches for the GPT-2 evaluation loops: a fixed validation set on the host.
+fn gpt2_validation() -> Vec<leanburn::data::HostBatch> {
+    let tokens: Vec<u32> = (0..4_000u32).map(|i| (i * 31 + 7) % 512).collect();
+    leanburn::data::evaluation_windows(&tokens, 2, 16, 4)
+}
+
+fn gpt2_config() -> leanburn::model::Gpt2Config {
+    leanburn::model::Gpt2Config { vocab_size: 512, ..leanburn::model::Gpt2Config::preset("gpt2-tiny").expect("a preset") }
+}
+
+#[test]
+fn gpt2_evaluation_loop_under_valid_stays_flat() {
+    let _guard = exclusive_device();
+    let device = wgpu_device();
+    let model = gpt2_config().init::<B>(&device).valid();
+    let validation = gpt2_validation();
+    let mut monitor = MemoryMonitor::<Inner>::new(device.clone(), STEPS as usize);
+    for round in 0..STEPS {
+        assert!(model.evaluate(&validation, &device).is_finite());
+        monitor.sample(round);
+    }
+    let report = monitor.report();
+    assert_eq!(report.leak.expect("sampled").verdict, LeakVerdict::Flat, "{report}");
+    let (first, last) = (report.first.unwrap(), report.current.unwrap());
+    assert!(last.bytes_in_use <= first.bytes_in_use + FLAT_SLACK, "{report}");
+}
+
+#[test]
+fn control_gpt2_evaluation_loop_on_the_autodiff_model_grows() {
+    let _guard = exclusive_device();
+    let device = wgpu_device();
+    let model = gpt2_config().init::<B>(&device);
+    let validation = gpt2_validation();
+    let mut monitor = MemoryMonitor::<B>::new(device.clone(), 10);
+    for round in 0..10 {
+        assert!(model.evaluate(&validation, &device).is_finite());
+        monitor.sample(round);
+    }
+    let leak = monitor.report().leak.expect("sampled");
+    assert_eq!(leak.verdict, LeakVerdict::Growing, "{leak}");
 }

@@ -3,13 +3,13 @@
 //! ops and the forward run on the autodiff model, as an earlier public attempt did)
 //! grows every step. Both are measured the same way, through the `LeakDetector`.
 
-mod common;
+
 
 use burn::backend::{Autodiff, Wgpu};
 use burn::module::{AutodiffModule, Module, ModuleMapper, Param};
 use burn::optim::SgdConfig;
 use burn::prelude::*;
-use common::{exclusive_device, image_batch, wgpu_device, CLASSES};
+use crate::common::{exclusive_device, image_batch, wgpu_device, CLASSES};
 use leanburn::memory::{LeakDetector, LeakVerdict, MemoryProbe};
 use leanburn::model::{SmallCnn, SmallCnnConfig};
 use leanburn::trainer::{HybridConfig, HybridTrainer, LrSchedule, ParamUpdates, Phase};

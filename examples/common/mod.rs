@@ -1,0 +1,423 @@
+//! What the training examples share: run modes, exit codes, the `--out` layout, the
+//! training loop with its progress bar, validation log and checkpoints, the summary, and
+//! the plot of both modes.
+#![allow(dead_code)]
+
+use std::fs;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use burn::module::AutodiffModule;
+use burn::optim::Optimizer;
+use burn::train::{InferenceStep, TrainStep};
+use clap::ValueEnum;
+use indicatif::{ProgressBar, ProgressStyle};
+use leanburn::memory::{format_bytes, LeakDetector, MemoryProbe};
+use leanburn::trainer::{HybridBatch, HybridConfig, HybridTrainer, LrSchedule, StepLoss, StepRecord, TrainerStatistics};
+use plotters::prelude::*;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Mode {
+    Hybrid,
+    Full,
+}
+
+impl Mode {
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Hybrid => "hybrid",
+            Mode::Full => "full",
+        }
+    }
+}
+
+/// A failure and the exit code it gets: 2 for bad input, 1 for a run that broke.
+pub struct Failure {
+    pub code: i32,
+    pub message: String,
+}
+
+pub fn bad_input(message: impl Into<String>) -> Failure {
+    Failure { code: 2, message: message.into() }
+}
+
+pub fn broke(message: impl Into<String>) -> Failure {
+    Failure { code: 1, message: message.into() }
+}
+
+/// Prints a failure and exits with its code.
+pub fn exit_on_failure(result: Result<(), Failure>) {
+    if let Err(failure) = result {
+        eprintln!("error: {}", failure.message);
+        std::process::exit(failure.code);
+    }
+}
+
+/// Where a mode's outputs go inside `--out`.
+pub struct RunFiles {
+    pub out: PathBuf,
+    pub metrics: PathBuf,
+    pub validation: PathBuf,
+    pub checkpoints: PathBuf,
+}
+
+impl RunFiles {
+    pub fn new(out: &Path, mode: Mode) -> Self {
+        Self {
+            out: out.to_path_buf(),
+            metrics: out.join(format!("metrics-{}.jsonl", mode.name())),
+            validation: out.join(format!("validation-{}.csv", mode.name())),
+            checkpoints: out.join(format!("checkpoints-{}", mode.name())),
+        }
+    }
+}
+
+/// Creates `out`, checks it is writable, and refuses to overwrite an earlier run of `mode`
+/// unless asked to (or to resume one that is there).
+pub fn prepare_out(out: &Path, mode: Mode, resume: bool, overwrite: bool) -> Result<RunFiles, Failure> {
+    let files = RunFiles::new(out, mode);
+    let unusable = |err: std::io::Error| bad_input(format!("--out {} is not a writable directory: {err}", out.display()));
+    fs::create_dir_all(out).map_err(unusable)?;
+    let probe = out.join(".write-test");
+    fs::write(&probe, b"").map_err(unusable)?;
+    let _ = fs::remove_file(&probe);
+    let earlier = files.metrics.exists() || files.checkpoints.exists();
+    if resume && !files.checkpoints.join("latest").exists() {
+        return Err(bad_input(format!("--resume: no {} checkpoint in {}", mode.name(), files.checkpoints.display())));
+    }
+    if earlier && !resume {
+        if !overwrite {
+            return Err(bad_input(format!(
+                "{} already holds a {} run; pass --resume to continue it, --overwrite to replace it, \
+                 or another --out",
+                out.display(),
+                mode.name()
+            )));
+        }
+        for path in [&files.metrics, &files.validation] {
+            let _ = fs::remove_file(path);
+        }
+        let _ = fs::remove_dir_all(&files.checkpoints);
+    }
+    Ok(files)
+}
+
+/// How a run starts: fresh in `mode`, or resumed from the latest checkpoint in `files`.
+pub struct Start {
+    pub mode: Mode,
+    pub resume: bool,
+    /// Full steps before the first prediction (hybrid mode).
+    pub warmup: usize,
+    pub seed: u64,
+    /// Peak learning rate: linear warmup over 10% of `steps`, cosine decay to a tenth.
+    pub peak_lr: f64,
+    pub steps: usize,
+}
+
+/// A trainer for `start`, writing its step records to `files.metrics` (appending when
+/// resuming).
+pub fn start_trainer<B, M, O, T>(
+    model: M,
+    optimizer: O,
+    start: &Start,
+    files: &RunFiles,
+    device: B::Device,
+) -> Result<HybridTrainer<B, M, O, T>, Failure>
+where
+    B: burn::tensor::backend::AutodiffBackend + MemoryProbe,
+    M: AutodiffModule<B> + TrainStep<Input = T>,
+    <M as TrainStep>::Output: StepLoss<B>,
+    M::InnerModule: InferenceStep<Input = T::Inner>,
+    <M::InnerModule as InferenceStep>::Output: StepLoss<B::InnerBackend>,
+    O: Optimizer<M, B>,
+    T: HybridBatch<B>,
+{
+    if start.resume {
+        return HybridTrainer::resume(model, optimizer, &files.checkpoints, device)
+            .map_err(|e| bad_input(format!("--resume: {e}")))?
+            .with_metrics_appended(&files.metrics)
+            .map_err(|e| bad_input(e.to_string()));
+    }
+    let config = match start.mode {
+        Mode::Hybrid => HybridConfig::default().with_warmup_steps(start.warmup),
+        Mode::Full => HybridConfig::all_full(),
+    }
+    .with_seed(start.seed);
+    let lr = LrSchedule::WarmupCosine {
+        peak: start.peak_lr,
+        warmup_steps: (start.steps / 10).max(1),
+        total_steps: start.steps,
+        min_lr: start.peak_lr / 10.0,
+    };
+    HybridTrainer::new(model, optimizer, config, lr, device)
+        .map_err(|e| bad_input(e.to_string()))?
+        .with_metrics(&files.metrics)
+        .map_err(|e| bad_input(e.to_string()))
+}
+
+/// A validation result: the loss, and the accuracy for classifiers.
+#[derive(Clone, Copy, Debug)]
+pub struct Validation {
+    pub loss: f64,
+    pub accuracy: Option<f64>,
+}
+
+impl std::fmt::Display for Validation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "validation loss {:.4}", self.loss)?;
+        match self.accuracy {
+            Some(accuracy) => write!(f, ", accuracy {:.1}%", accuracy * 100.0),
+            None => Ok(()),
+        }
+    }
+}
+
+/// How the loop runs: its length, how often it validates and checkpoints, and what a
+/// batch item is called in the output ("tok", "img").
+pub struct LoopSettings {
+    pub steps: usize,
+    pub eval_every: usize,
+    pub checkpoint_every: usize,
+    pub item: &'static str,
+}
+
+/// What the loop saw, for the summary.
+pub struct LoopOutcome {
+    pub records: Vec<StepRecord>,
+    pub train_seconds: f64,
+    pub items_seen: usize,
+    pub validation: Option<Validation>,
+    pub last_checkpoint: Option<(usize, PathBuf)>,
+    /// Leak fit over the steps after warmup.
+    pub detector: LeakDetector,
+}
+
+/// Trains from the trainer's current step up to `settings.steps`, drawing batches from
+/// `next_batch` and validating with `validate`: a progress bar, the validation CSV in
+/// `files` (header written for a new run), checkpoints between predict blocks.
+pub fn train_loop<B, M, O, T>(
+    trainer: &mut HybridTrainer<B, M, O, T>,
+    files: &RunFiles,
+    settings: &LoopSettings,
+    mut next_batch: impl FnMut() -> Result<T, Failure>,
+    mut validate: impl FnMut(&M) -> Validation,
+) -> Result<LoopOutcome, Failure>
+where
+    B: burn::tensor::backend::AutodiffBackend + MemoryProbe,
+    M: AutodiffModule<B> + TrainStep<Input = T>,
+    <M as TrainStep>::Output: StepLoss<B>,
+    M::InnerModule: InferenceStep<Input = T::Inner>,
+    <M::InnerModule as InferenceStep>::Output: StepLoss<B::InnerBackend>,
+    O: Optimizer<M, B>,
+    T: HybridBatch<B>,
+{
+    let first = trainer.steps_taken();
+    let mut log = fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&files.validation)
+        .map_err(|e| broke(format!("{}: {e}", files.validation.display())))?;
+    let log_line = |log: &mut fs::File, step: usize, seconds: f64, v: Validation| {
+        let accuracy = v.accuracy.map_or(String::new(), |a| format!(",{a}"));
+        writeln!(log, "{step},{seconds},{}{accuracy}", v.loss).map_err(|e| broke(e.to_string()))
+    };
+
+    let progress = ProgressBar::new(settings.steps as u64).with_position(first as u64);
+    progress.set_style(
+        ProgressStyle::with_template("{bar:30} {pos}/{len} [{elapsed_precise}<{eta_precise}] {msg}")
+            .expect("a valid template"),
+    );
+    // Training time so far, carried across resumes by the checkpointed statistics.
+    let resumed = trainer.statistics();
+    let mut outcome = LoopOutcome {
+        records: Vec::new(),
+        train_seconds: resumed.full_seconds + resumed.predict_seconds,
+        items_seen: resumed.total_items as usize,
+        validation: None,
+        last_checkpoint: None,
+        detector: LeakDetector::new(50),
+    };
+    let warmup = trainer.config().warmup_steps.min(settings.steps / 5);
+    if first == 0 {
+        let validation = validate(trainer.model());
+        let header = if validation.accuracy.is_some() { ",validation_accuracy" } else { "" };
+        writeln!(log, "step,train_seconds,validation_loss{header}").map_err(|e| broke(e.to_string()))?;
+        log_line(&mut log, 0, 0.0, validation)?;
+        progress.suspend(|| eprintln!("step     0: {validation}"));
+        outcome.validation = Some(validation);
+    }
+
+    for step in first + 1..=settings.steps {
+        let batch = next_batch()?;
+        let record = trainer.step(batch).map_err(|e| broke(format!("step {step}: {e}")))?;
+        outcome.train_seconds += record.seconds;
+        outcome.items_seen += record.items;
+        if let Some(memory) = record.memory {
+            if step > first + warmup {
+                outcome.detector.record(step as u64, memory.bytes_in_use);
+            }
+        }
+        progress.set_message(format!(
+            "{:<7} loss {:.3}  {:.0} {}/s  {}",
+            record.phase.to_string(),
+            record.loss,
+            record.items_per_second,
+            settings.item,
+            record.memory.map_or("".into(), |m| format!("in use {}", format_bytes(m.bytes_in_use as f64)))
+        ));
+        progress.inc(1);
+        outcome.records.push(record);
+
+        if step % settings.eval_every == 0 || step == settings.steps {
+            let validation = validate(trainer.model());
+            log_line(&mut log, step, outcome.train_seconds, validation)?;
+            // Printed whether or not the bar is drawn (it is hidden when stderr is no terminal).
+            progress.suspend(|| {
+                eprintln!(
+                    "step {step:>5}: {validation}, {:.0} {}/s",
+                    outcome.items_seen as f64 / outcome.train_seconds.max(1e-9),
+                    settings.item
+                )
+            });
+            outcome.validation = Some(validation);
+        }
+        if (step % settings.checkpoint_every == 0 || step == settings.steps) && trainer.can_checkpoint() {
+            let path = trainer.save_checkpoint(&files.checkpoints).map_err(|e| broke(e.to_string()))?;
+            outcome.last_checkpoint = Some((step, path));
+        }
+    }
+    progress.finish_and_clear();
+    Ok(outcome)
+}
+
+/// The summary a finished run prints.
+pub fn summary(title: &str, stats: &TrainerStatistics, outcome: &LoopOutcome, files: &RunFiles, item: &str) -> String {
+    let recent: Vec<f64> = outcome.records.iter().rev().filter(|r| !r.predicted).take(10).map(|r| r.loss).collect();
+    let train_loss = recent.iter().sum::<f64>() / recent.len().max(1) as f64;
+    let final_in_use = outcome.records.last().and_then(|r| r.memory).map(|m| m.bytes_in_use);
+    let validation = outcome.validation.map_or("no validation".into(), |v| v.to_string());
+    let mut text = format!(
+        "\n{title}: {} steps\n\
+         train loss (last 10 full steps) {train_loss:.4}, {validation}\n\
+         {:.0} {item}/s over {:.1} s of training; {:.0}% of steps predicted, {} rolled back\n",
+        stats.steps,
+        outcome.items_seen as f64 / outcome.train_seconds.max(1e-9),
+        outcome.train_seconds,
+        stats.predicted_share * 100.0,
+        stats.rollbacks,
+    );
+    if let (Some(peak), Some(last)) = (stats.peak_bytes_in_use, final_in_use) {
+        text += &format!(
+            "device memory in use: peak {}, final {}; after warmup {}\n",
+            format_bytes(peak as f64),
+            format_bytes(last as f64),
+            outcome.detector.report()
+        );
+    } else {
+        text += "device memory: not available on this backend (no device pool to read)\n";
+    }
+    text += &match &outcome.last_checkpoint {
+        Some((step, path)) => format!("checkpoint of step {step}: {} (continue with --resume)\n", path.display()),
+        None => "no checkpoint written: the run ended inside a predict block\n".into(),
+    };
+    text += &format!("metrics: {}", files.metrics.display());
+    text
+}
+
+/// One mode's curves, read back from its files.
+struct Curves {
+    mode: &'static str,
+    train: Vec<(f64, f64)>,
+    validation: Vec<(f64, f64)>,
+    memory_mib: Vec<(f64, f64)>,
+}
+
+fn read_curves(out: &Path, mode: Mode) -> Option<Curves> {
+    let files = RunFiles::new(out, mode);
+    let metrics = fs::read_to_string(files.metrics).ok()?;
+    let records: Vec<StepRecord> = metrics.lines().filter_map(|line| serde_json::from_str(line).ok()).collect();
+    let validation = fs::read_to_string(files.validation).unwrap_or_default();
+    Some(Curves {
+        mode: mode.name(),
+        train: records.iter().filter(|r| r.loss.is_finite()).map(|r| (r.step as f64 + 1.0, r.loss)).collect(),
+        validation: validation
+            .lines()
+            .skip(1)
+            .filter_map(|line| {
+                let fields: Vec<&str> = line.split(',').collect();
+                Some((fields.first()?.parse().ok()?, fields.get(2)?.parse().ok()?))
+            })
+            .collect(),
+        memory_mib: records
+            .iter()
+            .filter_map(|r| r.memory.map(|m| (r.step as f64 + 1.0, m.bytes_in_use as f64 / (1 << 20) as f64)))
+            .collect(),
+    })
+    .filter(|c| !c.train.is_empty())
+}
+
+/// Loss (top) and device memory (bottom) against step for every mode that has run in
+/// `out`, written as SVG to `path`; returns the modes drawn.
+pub fn write_plot(out: &Path, path: &Path, model: &str) -> Result<Vec<&'static str>, Box<dyn std::error::Error>> {
+    let runs: Vec<Curves> = [Mode::Hybrid, Mode::Full].into_iter().filter_map(|m| read_curves(out, m)).collect();
+    if runs.is_empty() {
+        return Err("no metrics to plot".into());
+    }
+    let max_step = runs.iter().flat_map(|r| r.train.iter().map(|p| p.0)).fold(1.0, f64::max);
+    let losses = runs.iter().flat_map(|r| r.train.iter().chain(&r.validation).map(|p| p.1));
+    let (low, high) = losses.fold((f64::MAX, f64::MIN), |(lo, hi), l| (lo.min(l), hi.max(l)));
+    let max_mib = runs.iter().flat_map(|r| r.memory_mib.iter().map(|p| p.1)).fold(1.0, f64::max);
+
+    let root = SVGBackend::new(path, (900, 700)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let (top, bottom) = root.split_vertically(420);
+    let mut loss_chart = ChartBuilder::on(&top)
+        .caption(format!("{model}: loss against step"), ("sans-serif", 20))
+        .margin(10)
+        .x_label_area_size(30)
+        .y_label_area_size(50)
+        .build_cartesian_2d(0.0..max_step, (low * 0.95)..(high * 1.02))?;
+    loss_chart.configure_mesh().x_desc("step").y_desc("loss").draw()?;
+    let has_memory = runs.iter().any(|r| !r.memory_mib.is_empty());
+    let memory_caption = if has_memory {
+        "device memory in use (MiB)"
+    } else {
+        "device memory in use: not available on this backend"
+    };
+    let mut memory_chart = ChartBuilder::on(&bottom)
+        .caption(memory_caption, ("sans-serif", 16))
+        .margin(10)
+        .x_label_area_size(30)
+        .y_label_area_size(50)
+        .build_cartesian_2d(0.0..max_step, 0.0..max_mib * 1.1)?;
+    memory_chart.configure_mesh().x_desc("step").y_desc("MiB").draw()?;
+
+    for (index, run) in runs.iter().enumerate() {
+        let colour = Palette99::pick(index * 2).to_rgba();
+        loss_chart
+            .draw_series(LineSeries::new(run.train.iter().copied(), colour.mix(0.35)))?
+            .label(format!("{} train", run.mode))
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], colour.mix(0.35)));
+        loss_chart
+            .draw_series(LineSeries::new(run.validation.iter().copied(), colour.stroke_width(2)))?
+            .label(format!("{} validation", run.mode))
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], colour.stroke_width(2)));
+        memory_chart
+            .draw_series(LineSeries::new(run.memory_mib.iter().copied(), colour))?
+            .label(run.mode)
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], colour));
+    }
+    loss_chart.configure_series_labels().border_style(BLACK).background_style(WHITE.mix(0.8)).draw()?;
+    memory_chart.configure_series_labels().border_style(BLACK).background_style(WHITE.mix(0.8)).draw()?;
+    root.present()?;
+    Ok(runs.iter().map(|r| r.mode).collect())
+}
+
+/// Writes the plot into `out` as `<file_stem>.svg` and says where, or warns why not.
+pub fn plot_runs(out: &Path, file_stem: &str, model: &str) {
+    let plot = out.join(format!("{file_stem}.svg"));
+    match write_plot(out, &plot, model) {
+        Ok(modes) => println!("plot: {} ({})", plot.display(), modes.join(" and ")),
+        Err(err) => eprintln!("warning: no plot written: {err}"),
+    }
+}

@@ -1,0 +1,116 @@
+//! leanburn's device-memory promises, each measured on a real CubeCL runtime (wgpu;
+//! llvmpipe in CI) through `bytes_in_use` / `bytes_reserved`, and each next to a control
+//! that shows the same measurement catches the failure. `docs/memory.md` maps every
+//! promise to the test here that covers it.
+//!
+//! - `forward`: forward-only work on the inner backend (predict steps, evaluation loops
+//!   under `valid()`) stays flat while the same work on the autodiff model grows; full
+//!   training steps stay flat.
+//! - `predict`: `HybridTrainer`'s predict steps stay flat; the naive predict step grows.
+//! - `hybrid`: 300 steps of hybrid training mixing every phase, for the conv net on
+//!   `Autodiff<Lean<Wgpu>>` and for a tiny GPT-2, do not grow after warmup.
+//! - `data`: building the datasets leaves the device untouched; one batch is resident.
+//! - `residency`: after training, live memory is parameters + optimizer state (+ predictor
+//!   and snapshot): no persistent convolution buffers.
+//! - `pool`: `trim()` hands a large transient allocation's reserve back.
+//! - `rollback`: rollbacks and checkpoint save/resume cycles leave nothing behind.
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod data;
+mod forward;
+mod hybrid;
+mod pool;
+mod predict;
+mod residency;
+mod rollback;
+
+use burn::module::AutodiffModule;
+use burn::optim::Optimizer;
+use burn::tensor::backend::AutodiffBackend;
+use burn::train::{InferenceStep, TrainStep};
+use leanburn::memory::{LeakDetector, LeakReport, MemoryProbe};
+use leanburn::trainer::{HybridBatch, HybridTrainer, StepLoss, TrainerStatistics};
+
+/// `Autodiff<Lean<CubeBackend<Wgpu>>>`: leanburn's convolutions inside autodiff.
+pub type LeanWgpu = leanburn::select::LeanWgpuStack;
+
+/// Live bytes in the device pool now.
+pub fn in_use<B: MemoryProbe>(device: &B::Device) -> u64 {
+    B::memory_sample(device).expect("wgpu memory is readable").bytes_in_use
+}
+
+/// What a long run's memory did after it settled.
+pub struct Soak {
+    /// Leak fit over the between-block samples after `settle`.
+    pub leak: LeakReport,
+    /// Highest `bytes_in_use` sampled in the first third after `settle`.
+    pub early_peak: u64,
+    /// Highest `bytes_in_use` sampled in the last third.
+    pub late_peak: u64,
+    pub samples: usize,
+    pub statistics: TrainerStatistics,
+}
+
+impl std::fmt::Display for Soak {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let s = &self.statistics;
+        write!(
+            f,
+            "{}; peak in use {} B (first third) → {} B (last third) over {} samples; steps: \
+             {} warmup, {} full, {} predict, {} correct, {} rollbacks",
+            self.leak,
+            self.early_peak,
+            self.late_peak,
+            self.samples,
+            s.warmup_steps,
+            s.full_steps,
+            s.predict_steps,
+            s.correct_steps,
+            s.rollbacks
+        )
+    }
+}
+
+/// Runs `steps` trainer steps, sampling `bytes_in_use` after every step taken between
+/// predict blocks from `settle` on (inside a block the rollback snapshot is held, so
+/// samples are taken at the same point of every cycle).
+pub fn soak<B, M, O, T>(
+    trainer: &mut HybridTrainer<B, M, O, T>,
+    steps: usize,
+    settle: usize,
+    mut next_batch: impl FnMut(usize) -> T,
+) -> Soak
+where
+    B: AutodiffBackend + MemoryProbe,
+    M: AutodiffModule<B> + TrainStep<Input = T>,
+    <M as TrainStep>::Output: StepLoss<B>,
+    M::InnerModule: InferenceStep<Input = T::Inner>,
+    <M::InnerModule as InferenceStep>::Output: StepLoss<B::InnerBackend>,
+    O: Optimizer<M, B>,
+    T: HybridBatch<B>,
+{
+    let mut samples = Vec::new();
+    for step in 0..steps {
+        let record = trainer.step(next_batch(step)).expect("training step");
+        assert!(record.loss.is_finite() || record.rolled_back, "step {step}: loss {}", record.loss);
+        if step >= settle && trainer.can_checkpoint() {
+            samples.push((step as u64, record.memory.expect("wgpu memory is readable").bytes_in_use));
+        }
+    }
+    let mut detector = LeakDetector::new(samples.len());
+    for &(step, bytes) in &samples {
+        detector.record(step, bytes);
+    }
+    let third = samples.len() / 3;
+    assert!(third >= 5, "too few between-block samples to judge: {}", samples.len());
+    let peak = |part: &[(u64, u64)]| part.iter().map(|s| s.1).max().unwrap_or(0);
+    Soak {
+        leak: detector.report(),
+        early_peak: peak(&samples[..third]),
+        late_peak: peak(&samples[samples.len() - third..]),
+        samples: samples.len(),
+        statistics: trainer.statistics(),
+    }
+}
