@@ -24,7 +24,7 @@ use std::path::PathBuf;
 use burn::module::{AutodiffModule, Module};
 use burn::optim::AdamConfig;
 use clap::Parser;
-use common::{bad_input, exit_on_failure, plot_runs, prepare_out, start_trainer, summary, train_loop, Failure, LoopSettings, Mode, RunFiles, Start, Validation};
+use common::{bad_input, exit_on_failure, ExecutionArgs, plot_runs, prepare_out, start_trainer, summary, train_loop, Failure, LoopSettings, Mode, RunFiles, Start, Validation};
 use leanburn::backend::ConvBudget;
 use leanburn::data::{shapes_validation, ImageBatch, ShapeSampler, SHAPE_CLASSES};
 use leanburn::model::{ConvClassifier, ConvClassifierConfig};
@@ -36,6 +36,8 @@ use leanburn::trainer::HybridConfig;
 struct Args {
     #[command(flatten)]
     backend: BackendArgs,
+    #[command(flatten)]
+    execution: ExecutionArgs,
     /// `hybrid` alternates full and predicted steps; `full` is the all-full baseline.
     #[arg(long, value_enum, default_value_t = Mode::Hybrid)]
     mode: Mode,
@@ -126,7 +128,8 @@ fn run(args: Args) -> Result<(), Failure> {
     let validation = shapes_validation(resolution, (args.batch as usize).min(64), args.eval_batches as usize, args.seed)
         .map_err(|e| bad_input(e.to_string()))?;
     let out = files.out.clone();
-    println!("{}", selection.run_lean(Plan { args, config, files, validation })?);
+    let checkpointing = args.execution.checkpointing;
+    println!("{}", selection.run_lean_with(Plan { args, config, files, validation }, checkpointing)?);
     plot_runs(&out, "cnn", "CNN on shapes");
     Ok(())
 }
@@ -149,6 +152,7 @@ impl BackendJob for Plan {
             seed: args.seed,
             peak_lr: args.lr,
             steps,
+            execution: args.execution.config(),
         };
         let mut trainer = start_trainer(model, optimizer, &start, files, device.clone())?;
 
@@ -158,7 +162,7 @@ impl BackendJob for Plan {
             .map_err(|e| bad_input(e.to_string()))?
             .with_noise(args.noise);
         let first = trainer.steps_taken();
-        for _ in 0..first {
+        for _ in 0..first * args.execution.accum as usize {
             sampler.sample();
         }
         if first >= steps {
@@ -166,13 +170,18 @@ impl BackendJob for Plan {
         }
         eprintln!(
             "training a {parameters}-parameter conv net (widths {:?}) on {} for steps {}..{steps} ({} mode): \
-             batch {} of {resolution}×{resolution} images, {}-MiB conv workspace",
+             batch {} of {resolution}×{resolution} images{}, {}-MiB conv workspace{}",
             args.widths,
             B::name(&device),
             first + 1,
             args.mode.name(),
             args.batch,
+            match args.execution.accum {
+                1 => String::new(),
+                k => format!(" × {k} micro-batches (effective batch {})", args.batch * k),
+            },
             ConvBudget::current().bytes() >> 20,
+            args.execution.describe_checkpointing(),
         );
         let settings = LoopSettings {
             steps,
@@ -180,12 +189,13 @@ impl BackendJob for Plan {
             checkpoint_every: args.checkpoint_every as usize,
             item: "img",
         };
-        let next_batch = || Ok(sampler.sample().into_device::<B>(&device));
+        let next_batch = || Ok(sampler.sample());
+        let to_device = |batch: ImageBatch| batch.into_device::<B>(&device);
         let validate = |model: &ConvClassifier<B>| {
             let evaluation = model.valid().evaluate(self.validation.iter().map(|b| b.to_device(&device)));
             Validation { loss: evaluation.loss, accuracy: Some(evaluation.accuracy) }
         };
-        let outcome = train_loop(&mut trainer, files, &settings, next_batch, validate)?;
+        let outcome = train_loop(&mut trainer, files, &settings, next_batch, to_device, validate)?;
         let title = format!("conv net on shapes ({} mode) on {}", args.mode.name(), B::name(&device));
         Ok(summary(&title, &trainer.statistics(), &outcome, files, "images"))
     }

@@ -26,7 +26,7 @@ use burn::module::AutodiffModule;
 use burn::optim::grad_clipping::GradientClippingConfig;
 use burn::optim::AdamWConfig;
 use clap::Parser;
-use common::{bad_input, broke, exit_on_failure, plot_runs, prepare_out, start_trainer, summary, train_loop, Failure, LoopSettings, Mode, RunFiles, Start, Validation};
+use common::{ExecutionArgs, bad_input, broke, exit_on_failure, plot_runs, prepare_out, start_trainer, summary, train_loop, Failure, LoopSettings, Mode, RunFiles, Start, Validation};
 use leanburn::data::{evaluation_windows, Corpus, CorpusSource, Gpt2Tokenizer, HostBatch, Split, TokenDataset, WindowSampler};
 use leanburn::memory::format_bytes;
 use leanburn::model::{Gpt2, Gpt2Config, Gpt2MemoryEstimate, GPT2_PRESETS};
@@ -38,6 +38,8 @@ use leanburn::trainer::HybridConfig;
 struct Args {
     #[command(flatten)]
     backend: BackendArgs,
+    #[command(flatten)]
+    execution: ExecutionArgs,
     /// Model size; default gpt2-small on CUDA, gpt2-mini elsewhere.
     #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(GPT2_PRESETS))]
     preset: Option<String>,
@@ -189,7 +191,8 @@ fn run(args: Args) -> Result<(), Failure> {
 
     let plan = Plan { args, preset, config, batch, seq, steps, lr, loss_chunk, files, data, validation };
     let out = plan.files.out.clone();
-    println!("{}", selection.run(plan)?);
+    let checkpointing = plan.args.execution.checkpointing;
+    println!("{}", selection.run_with(plan, checkpointing)?);
     plot_runs(&out, "gpt2", "GPT-2");
     Ok(())
 }
@@ -251,26 +254,32 @@ impl BackendJob for Plan {
             seed: args.seed,
             peak_lr: self.lr,
             steps: self.steps,
+            execution: args.execution.config(),
         };
         let mut trainer = start_trainer(model, optimizer, &start, files, device.clone())?;
 
         // The same stream of batches as an uninterrupted run: skip what was consumed.
         let mut sampler = WindowSampler::new(self.batch, self.seq, args.seed).map_err(|e| bad_input(e.to_string()))?;
         let first = trainer.steps_taken();
-        for _ in 0..first {
+        for _ in 0..first * args.execution.accum as usize {
             sampler.sample(self.data.train(), Split::Train).map_err(|e| broke(e.to_string()))?;
         }
         if first >= self.steps {
             return Err(bad_input(format!("the run in {} already took {first} of --steps {}", files.out.display(), self.steps)));
         }
         eprintln!(
-            "training {} on {} for steps {}..{} ({} mode), peak lr {}",
+            "training {} on {} for steps {}..{} ({} mode), peak lr {}{}{}",
             self.preset,
             B::name(&device),
             first + 1,
             self.steps,
             args.mode.name(),
-            self.lr
+            self.lr,
+            match args.execution.accum {
+                1 => String::new(),
+                k => format!(", {k} micro-batches of {} per step (effective batch {})", self.batch, self.batch * k as usize),
+            },
+            args.execution.describe_checkpointing(),
         );
         let settings = LoopSettings {
             steps: self.steps,
@@ -278,12 +287,10 @@ impl BackendJob for Plan {
             checkpoint_every: args.checkpoint_every as usize,
             item: "tok",
         };
-        let next_batch = || {
-            let batch = sampler.sample(self.data.train(), Split::Train).map_err(|e| broke(e.to_string()))?;
-            Ok(batch.into_device::<B>(&device))
-        };
+        let next_batch = || sampler.sample(self.data.train(), Split::Train).map_err(|e| broke(e.to_string()));
+        let to_device = |batch: HostBatch| batch.into_device::<B>(&device);
         let validate = |model: &Gpt2<B>| Validation { loss: model.valid().evaluate(&self.validation, &device), accuracy: None };
-        let outcome = train_loop(&mut trainer, files, &settings, next_batch, validate)?;
+        let outcome = train_loop(&mut trainer, files, &settings, next_batch, to_device, validate)?;
         let title = format!("{} ({} mode) on {}", self.preset, args.mode.name(), B::name(&device));
         Ok(summary(&title, &trainer.statistics(), &outcome, files, "tokens"))
     }

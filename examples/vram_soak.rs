@@ -175,9 +175,9 @@ where
             monitor.sample(step as u64);
         }
         progress.set_message(format!(
-            "{:<7} loss {:.3}  {}",
+            "{:<7} loss {}  {}",
             record.phase.to_string(),
-            record.loss,
+            record.loss.map_or("-".into(), |loss| format!("{loss:.3}")),
             record.memory.map_or("".into(), |m| format!("in use {}", format_bytes(m.bytes_in_use as f64)))
         ));
         progress.inc(1);

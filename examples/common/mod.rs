@@ -12,8 +12,12 @@ use burn::optim::Optimizer;
 use burn::train::{InferenceStep, TrainStep};
 use clap::ValueEnum;
 use indicatif::{ProgressBar, ProgressStyle};
-use leanburn::memory::{format_bytes, LeakDetector, MemoryProbe};
-use leanburn::trainer::{HybridBatch, HybridConfig, HybridTrainer, LrSchedule, StepLoss, StepRecord, TrainerStatistics};
+use leanburn::memory::{format_bytes, LeakDetector, MemoryProbe, PoolHealth};
+use leanburn::select::Checkpointing;
+use leanburn::trainer::{
+    ExecutionConfig, HybridBatch, HybridConfig, HybridTrainer, LrSchedule, StepLoss, StepRecord, TrainerStatistics,
+    TrimPolicy,
+};
 use plotters::prelude::*;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -28,6 +32,55 @@ impl Mode {
             Mode::Hybrid => "hybrid",
             Mode::Full => "full",
         }
+    }
+}
+
+/// How steps execute: the flags both training examples share (see `docs/memory.md`).
+#[derive(clap::Args, Debug, Clone)]
+pub struct ExecutionArgs {
+    /// Micro-batches per optimizer step (gradient accumulation): the effective batch is
+    /// --batch × --accum, the activation memory that of one --batch.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
+    pub accum: u64,
+    /// Read the training loss back to the host every this many steps; the steps between
+    /// skip the device sync (predict steps, and the step before each, always read).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
+    pub loss_every: u64,
+    /// Hand unused pool memory back to the device: `never`, `phases` (whenever the phase
+    /// changes) or a number N (every N steps).
+    #[arg(long, default_value = "never", value_parser = parse_trim)]
+    pub trim: TrimPolicy,
+    /// Activation checkpointing: `balanced` recomputes element-wise results in the
+    /// backward pass instead of keeping them (less memory, more time).
+    #[arg(long, value_enum, default_value_t = Checkpointing::Off)]
+    pub checkpointing: Checkpointing,
+}
+
+impl ExecutionArgs {
+    pub fn config(&self) -> ExecutionConfig {
+        ExecutionConfig::default()
+            .with_accumulation_steps(self.accum as usize)
+            .with_loss_every(self.loss_every as usize)
+            .with_trim(self.trim)
+    }
+
+    /// ", balanced activation checkpointing" when it is on, for the run's header line.
+    pub fn describe_checkpointing(&self) -> &'static str {
+        match self.checkpointing {
+            Checkpointing::Off => "",
+            Checkpointing::Balanced => ", balanced activation checkpointing",
+        }
+    }
+}
+
+fn parse_trim(value: &str) -> Result<TrimPolicy, String> {
+    match value {
+        "never" => Ok(TrimPolicy::Never),
+        "phases" => Ok(TrimPolicy::PhaseChange),
+        n => match n.parse::<usize>() {
+            Ok(n) if n > 0 => Ok(TrimPolicy::EverySteps(n)),
+            _ => Err(format!("expected `never`, `phases` or a number of steps above 0, got `{value}`")),
+        },
     }
 }
 
@@ -112,6 +165,7 @@ pub struct Start {
     /// Peak learning rate: linear warmup over 10% of `steps`, cosine decay to a tenth.
     pub peak_lr: f64,
     pub steps: usize,
+    pub execution: ExecutionConfig,
 }
 
 /// A trainer for `start`, writing its step records to `files.metrics` (appending when
@@ -135,6 +189,8 @@ where
     if start.resume {
         return HybridTrainer::resume(model, optimizer, &files.checkpoints, device)
             .map_err(|e| bad_input(format!("--resume: {e}")))?
+            .with_execution(start.execution)
+            .map_err(|e| bad_input(e.to_string()))?
             .with_metrics_appended(&files.metrics)
             .map_err(|e| bad_input(e.to_string()));
     }
@@ -150,6 +206,8 @@ where
         min_lr: start.peak_lr / 10.0,
     };
     HybridTrainer::new(model, optimizer, config, lr, device)
+        .map_err(|e| bad_input(e.to_string()))?
+        .with_execution(start.execution)
         .map_err(|e| bad_input(e.to_string()))?
         .with_metrics(&files.metrics)
         .map_err(|e| bad_input(e.to_string()))
@@ -190,16 +248,20 @@ pub struct LoopOutcome {
     pub last_checkpoint: Option<(usize, PathBuf)>,
     /// Leak fit over the steps after warmup.
     pub detector: LeakDetector,
+    /// Whether the pool kept far more than it used, for long.
+    pub pool: PoolHealth,
 }
 
-/// Trains from the trainer's current step up to `settings.steps`, drawing batches from
-/// `next_batch` and validating with `validate`: a progress bar, the validation CSV in
+/// Trains from the trainer's current step up to `settings.steps`, drawing host batches
+/// from `next_batch` (`accumulation_steps` of them per step, moved to the device one at a
+/// time by `to_device`) and validating with `validate`: a progress bar, the validation CSV in
 /// `files` (header written for a new run), checkpoints between predict blocks.
-pub fn train_loop<B, M, O, T>(
+pub fn train_loop<B, M, O, T, H>(
     trainer: &mut HybridTrainer<B, M, O, T>,
     files: &RunFiles,
     settings: &LoopSettings,
-    mut next_batch: impl FnMut() -> Result<T, Failure>,
+    mut next_batch: impl FnMut() -> Result<H, Failure>,
+    to_device: impl Fn(H) -> T,
     mut validate: impl FnMut(&M) -> Validation,
 ) -> Result<LoopOutcome, Failure>
 where
@@ -236,6 +298,7 @@ where
         validation: None,
         last_checkpoint: None,
         detector: LeakDetector::new(50),
+        pool: PoolHealth::default(),
     };
     let warmup = trainer.config().warmup_steps.min(settings.steps / 5);
     if first == 0 {
@@ -247,21 +310,28 @@ where
         outcome.validation = Some(validation);
     }
 
+    let micro_batches = trainer.execution().accumulation_steps;
+    let mut last_loss = None;
     for step in first + 1..=settings.steps {
-        let batch = next_batch()?;
-        let record = trainer.step(batch).map_err(|e| broke(format!("step {step}: {e}")))?;
+        let batches = (0..micro_batches).map(|_| next_batch()).collect::<Result<Vec<H>, Failure>>()?;
+        let record = trainer.step_accumulated(batches.into_iter().map(&to_device)).map_err(|e| broke(format!("step {step}: {e}")))?;
+        last_loss = record.loss.or(last_loss);
         outcome.train_seconds += record.seconds;
         outcome.items_seen += record.items;
         if let Some(memory) = record.memory {
             if step > first + warmup {
                 outcome.detector.record(step as u64, memory.bytes_in_use);
             }
+            if outcome.pool.observe(memory) {
+                let verdict = outcome.pool.verdict();
+                progress.suspend(|| eprintln!("step {step:>5}: device memory pool {verdict} (--trim phases)"));
+            }
         }
         progress.set_message(format!(
-            "{:<7} loss {:.3}  {:.0} {}/s  {}",
+            "{:<7} loss {}  {:.0} {}/s  {}",
             record.phase.to_string(),
-            record.loss,
-            record.items_per_second,
+            last_loss.map_or("-".into(), |loss: f64| format!("{loss:.3}")),
+            outcome.items_seen as f64 / outcome.train_seconds.max(1e-9),
             settings.item,
             record.memory.map_or("".into(), |m| format!("in use {}", format_bytes(m.bytes_in_use as f64)))
         ));
@@ -292,9 +362,9 @@ where
 
 /// The summary a finished run prints.
 pub fn summary(title: &str, stats: &TrainerStatistics, outcome: &LoopOutcome, files: &RunFiles, item: &str) -> String {
-    let recent: Vec<f64> = outcome.records.iter().rev().filter(|r| !r.predicted).take(10).map(|r| r.loss).collect();
+    let recent: Vec<f64> = outcome.records.iter().rev().filter(|r| !r.predicted).filter_map(|r| r.loss).take(10).collect();
     let train_loss = recent.iter().sum::<f64>() / recent.len().max(1) as f64;
-    let final_in_use = outcome.records.last().and_then(|r| r.memory).map(|m| m.bytes_in_use);
+    let final_in_use = outcome.records.iter().rev().find_map(|r| r.memory).map(|m| m.bytes_in_use);
     let validation = outcome.validation.map_or("no validation".into(), |v| v.to_string());
     let mut text = format!(
         "\n{title}: {} steps\n\
@@ -306,6 +376,9 @@ pub fn summary(title: &str, stats: &TrainerStatistics, outcome: &LoopOutcome, fi
         stats.predicted_share * 100.0,
         stats.rollbacks,
     );
+    if stats.trims > 0 {
+        text += &format!("pool trimmed {} times, {} handed back\n", stats.trims, format_bytes(stats.trimmed_bytes as f64));
+    }
     if let (Some(peak), Some(last)) = (stats.peak_bytes_in_use, final_in_use) {
         text += &format!(
             "device memory in use: peak {}, final {}; after warmup {}\n",
@@ -313,6 +386,7 @@ pub fn summary(title: &str, stats: &TrainerStatistics, outcome: &LoopOutcome, fi
             format_bytes(last as f64),
             outcome.detector.report()
         );
+        text += &format!("memory pool: {}\n", outcome.pool.verdict());
     } else {
         text += "device memory: not available on this backend (no device pool to read)\n";
     }
@@ -339,7 +413,10 @@ fn read_curves(out: &Path, mode: Mode) -> Option<Curves> {
     let validation = fs::read_to_string(files.validation).unwrap_or_default();
     Some(Curves {
         mode: mode.name(),
-        train: records.iter().filter(|r| r.loss.is_finite()).map(|r| (r.step as f64 + 1.0, r.loss)).collect(),
+        train: records
+            .iter()
+            .filter_map(|r| r.loss.filter(|loss| loss.is_finite()).map(|loss| (r.step as f64 + 1.0, loss)))
+            .collect(),
         validation: validation
             .lines()
             .skip(1)

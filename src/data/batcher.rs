@@ -168,11 +168,18 @@ impl HostBatch {
 
     /// Moves the batch to `device`, as [`to_device`](Self::to_device) without copying the
     /// host vectors first.
+    ///
+    /// One host-to-device copy for both tensors: inputs and targets go up as one
+    /// `[2·batch, seq_len]` tensor whose halves become the two fields (views of one buffer,
+    /// freed together).
     pub fn into_device<B: Backend>(self, device: &B::Device) -> TokenBatch<B> {
-        let shape = [self.batch, self.seq_len];
+        let (batch, seq_len) = (self.batch, self.seq_len);
+        let mut both = self.inputs;
+        both.extend_from_slice(&self.targets);
+        let both = Tensor::<B, 2, Int>::from_data(TensorData::new(both, [2 * batch, seq_len]), device);
         TokenBatch {
-            inputs: Tensor::from_data(TensorData::new(self.inputs, shape), device),
-            targets: Tensor::from_data(TensorData::new(self.targets, shape), device),
+            inputs: both.clone().slice([0..batch]),
+            targets: both.slice([batch..2 * batch]),
         }
     }
 }

@@ -6,12 +6,14 @@
 
 mod leak;
 mod monitor;
+mod pool_health;
 mod probe;
 mod report;
 mod tracker;
 
 pub use leak::{LeakDetector, LeakReport, LeakVerdict};
 pub use monitor::MemoryMonitor;
+pub use pool_health::{PoolHealth, PoolVerdict, DEFAULT_BLOAT_RATIO, DEFAULT_MIN_EXCESS, DEFAULT_PATIENCE};
 pub use probe::{trim, MemoryProbe, MemorySample, TrimReport};
 pub use report::MemoryReport;
 pub use tracker::PeakTracker;

@@ -1,14 +1,16 @@
 //! Per-step sampling of one device: peak tracking and leak detection together.
 
-use super::{LeakDetector, MemoryProbe, MemoryReport, MemorySample, PeakTracker};
+use super::{LeakDetector, MemoryProbe, MemoryReport, MemorySample, PeakTracker, PoolHealth};
 
-/// Samples one device's pool, feeding a [`PeakTracker`] and a [`LeakDetector`].
+/// Samples one device's pool, feeding a [`PeakTracker`], a [`LeakDetector`] and a
+/// [`PoolHealth`] watcher.
 ///
 /// Costs one host sync per sample on lazy backends; sample once per step, not per op.
 pub struct MemoryMonitor<B: MemoryProbe> {
     device: B::Device,
     peak: PeakTracker,
     leak: LeakDetector,
+    pool: PoolHealth,
     first: Option<MemorySample>,
 }
 
@@ -19,7 +21,7 @@ impl<B: MemoryProbe> MemoryMonitor<B> {
     }
 
     pub fn with_detector(device: B::Device, leak: LeakDetector) -> Self {
-        Self { device, peak: PeakTracker::new(), leak, first: None }
+        Self { device, peak: PeakTracker::new(), leak, pool: PoolHealth::default(), first: None }
     }
 
     /// Reads the pool now and records it as `step`; `None` where memory cannot be read.
@@ -27,6 +29,7 @@ impl<B: MemoryProbe> MemoryMonitor<B> {
         let sample = B::memory_sample(&self.device)?;
         self.peak.observe(sample);
         self.leak.record(step, sample.bytes_in_use);
+        self.pool.observe(sample);
         self.first.get_or_insert(sample);
         Some(sample)
     }
@@ -45,6 +48,16 @@ impl<B: MemoryProbe> MemoryMonitor<B> {
         &self.leak
     }
 
+    /// Replaces the pool-health watcher (to change its thresholds).
+    pub fn with_pool_health(mut self, pool: PoolHealth) -> Self {
+        self.pool = pool;
+        self
+    }
+
+    pub fn pool_health(&self) -> &PoolHealth {
+        &self.pool
+    }
+
     pub fn device(&self) -> &B::Device {
         &self.device
     }
@@ -57,6 +70,7 @@ impl<B: MemoryProbe> MemoryMonitor<B> {
             peak_in_use: self.peak.peak_in_use(),
             peak_reserved: self.peak.peak_reserved(),
             leak: (self.first.is_some()).then(|| self.leak.report()),
+            pool: self.pool.verdict(),
         }
     }
 }

@@ -4,7 +4,7 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-use super::{format_bytes, LeakReport, MemorySample};
+use super::{format_bytes, LeakReport, MemorySample, PoolVerdict};
 
 /// A summary of what a [`MemoryMonitor`](super::MemoryMonitor) saw. `Display` prints it
 /// as a table; it also serialises for JSON logs.
@@ -19,6 +19,9 @@ pub struct MemoryReport {
     pub peak_reserved: Option<u64>,
     /// The leak fit over the detector's window, once anything was sampled.
     pub leak: Option<LeakReport>,
+    /// Whether the pool has kept far more reserved than in use for long (fragmentation,
+    /// or a past peak never trimmed).
+    pub pool: PoolVerdict,
 }
 
 impl MemoryReport {
@@ -67,6 +70,9 @@ impl fmt::Display for MemoryReport {
         if let Some(leak) = &self.leak {
             writeln!(f, "  growth / step       {leak}")?;
         }
+        if self.pool != PoolVerdict::Unknown {
+            writeln!(f, "  pool                {}", self.pool)?;
+        }
         Ok(())
     }
 }
@@ -85,6 +91,7 @@ mod tests {
             peak_in_use: None,
             peak_reserved: None,
             leak: None,
+            pool: PoolVerdict::Unknown,
         };
         let text = report.to_string();
         assert!(text.contains("not available"), "{text}");
@@ -107,11 +114,13 @@ mod tests {
                 tolerance_per_step: 1024.0,
                 verdict: LeakVerdict::Flat,
             }),
+            pool: PoolVerdict::Healthy,
         };
         let text = report.to_string();
         assert!(text.contains("2.00 KiB"), "{text}");
         assert!(text.contains("8.00 KiB"), "{text}");
         assert!(text.contains("4.00x"), "{text}");
         assert!(text.contains("flat over 30 samples"), "{text}");
+        assert!(text.contains("pool                healthy"), "{text}");
     }
 }

@@ -17,9 +17,12 @@ pub use capacity::{device_memory, host_memory};
 #[cfg(feature = "cuda")]
 pub use capacity::cuda_total_memory;
 pub use probe::{probe_cuda, probe_wgpu, AdapterKind, AdapterSummary, CudaStatus};
-pub use run::{BackendJob, CpuStack, LeanCpuStack, LeanWgpuStack, TrainBackend, WgpuStack};
+pub use run::{
+    BackendJob, Checkpointing, CpuCheckpointedStack, CpuStack, LeanCpuCheckpointedStack, LeanCpuStack,
+    LeanWgpuCheckpointedStack, LeanWgpuStack, TrainBackend, WgpuCheckpointedStack, WgpuStack,
+};
 #[cfg(feature = "cuda")]
-pub use run::{CudaStack, LeanCudaStack};
+pub use run::{CudaCheckpointedStack, CudaStack, LeanCudaCheckpointedStack, LeanCudaStack};
 
 /// The backend a user asks for.
 #[derive(

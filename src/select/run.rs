@@ -1,5 +1,6 @@
 //! Running one generic job on whichever backend was selected.
 
+use burn::backend::autodiff::checkpoint::strategy::BalancedCheckpointing;
 use burn::backend::ndarray::NdArrayDevice;
 use burn::backend::{Autodiff, NdArray, Wgpu};
 use burn::tensor::backend::AutodiffBackend;
@@ -37,6 +38,44 @@ pub type LeanWgpuStack =
 /// The `Lean` stack for the CPU choice (composed convolutions).
 pub type LeanCpuStack = Autodiff<Lean<NdArray>>;
 
+/// The CUDA stack with activation checkpointing.
+#[cfg(feature = "cuda")]
+pub type CudaCheckpointedStack = Autodiff<burn::backend::Cuda, BalancedCheckpointing>;
+/// The wgpu stack with activation checkpointing.
+pub type WgpuCheckpointedStack = Autodiff<Wgpu, BalancedCheckpointing>;
+/// The CPU stack with activation checkpointing.
+pub type CpuCheckpointedStack = Autodiff<NdArray, BalancedCheckpointing>;
+/// The `Lean` CUDA stack with activation checkpointing.
+#[cfg(feature = "cuda")]
+pub type LeanCudaCheckpointedStack = Autodiff<
+    Lean<burn_cubecl::CubeBackend<cubecl::cuda::CudaRuntime, f32, i32, u8>>,
+    BalancedCheckpointing,
+>;
+/// The `Lean` wgpu stack with activation checkpointing.
+pub type LeanWgpuCheckpointedStack = Autodiff<
+    Lean<burn_cubecl::CubeBackend<burn::backend::wgpu::WgpuRuntime, f32, i32, u32>>,
+    BalancedCheckpointing,
+>;
+/// The `Lean` CPU stack with activation checkpointing.
+pub type LeanCpuCheckpointedStack = Autodiff<Lean<NdArray>, BalancedCheckpointing>;
+
+/// Whether the autodiff backend keeps every activation the backward pass needs, or
+/// recomputes the cheap ones.
+///
+/// `Balanced` is Burn's `BalancedCheckpointing` strategy: operations Burn marks as memory
+/// bound (element-wise ops, activations) do not keep their outputs for the backward pass;
+/// it recomputes them from the nearest kept, compute-bound result (matmuls,
+/// convolutions). Less memory between forward and backward, some extra time in the
+/// backward; gradients are the same. Measured effects are in `docs/benchmarks.md`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum Checkpointing {
+    /// Keep what the backward pass needs (Burn's default, `NoCheckpointing`).
+    #[default]
+    Off,
+    /// Recompute memory-bound operations in the backward pass.
+    Balanced,
+}
+
 /// Work written once, generic over the backend, run by [`Selection::run`].
 ///
 /// Rust closures cannot be generic over a type, hence a trait with one generic method.
@@ -56,6 +95,36 @@ impl Selection {
             }
             Chosen::Wgpu { device, .. } => job.run::<WgpuStack>(device.clone()),
             Chosen::Cpu => job.run::<CpuStack>(NdArrayDevice::Cpu),
+        }
+    }
+
+    /// [`run`](Self::run), with the given activation checkpointing.
+    pub fn run_with<J: BackendJob>(&self, job: J, checkpointing: Checkpointing) -> J::Output {
+        if checkpointing == Checkpointing::Off {
+            return self.run(job);
+        }
+        match &self.chosen {
+            #[cfg(feature = "cuda")]
+            Chosen::Cuda { ordinal } => {
+                job.run::<CudaCheckpointedStack>(burn::backend::cuda::CudaDevice::new(*ordinal))
+            }
+            Chosen::Wgpu { device, .. } => job.run::<WgpuCheckpointedStack>(device.clone()),
+            Chosen::Cpu => job.run::<CpuCheckpointedStack>(NdArrayDevice::Cpu),
+        }
+    }
+
+    /// [`run_lean`](Self::run_lean), with the given activation checkpointing.
+    pub fn run_lean_with<J: BackendJob>(&self, job: J, checkpointing: Checkpointing) -> J::Output {
+        if checkpointing == Checkpointing::Off {
+            return self.run_lean(job);
+        }
+        match &self.chosen {
+            #[cfg(feature = "cuda")]
+            Chosen::Cuda { ordinal } => {
+                job.run::<LeanCudaCheckpointedStack>(burn::backend::cuda::CudaDevice::new(*ordinal))
+            }
+            Chosen::Wgpu { device, .. } => job.run::<LeanWgpuCheckpointedStack>(device.clone()),
+            Chosen::Cpu => job.run::<LeanCpuCheckpointedStack>(NdArrayDevice::Cpu),
         }
     }
 

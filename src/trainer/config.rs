@@ -202,6 +202,15 @@ pub enum ConfigError {
         /// `total_steps` of the schedule.
         total_steps: usize,
     },
+    /// `accumulation_steps` is 0.
+    #[error("accumulation_steps must be at least 1, got {0}")]
+    AccumulationSteps(usize),
+    /// `loss_every` is 0.
+    #[error("loss_every must be at least 1, got {0}")]
+    LossEvery(usize),
+    /// A trim policy of every 0 steps.
+    #[error("a trim every N steps needs N >= 1")]
+    TrimEvery,
 }
 
 fn in_unit_open(value: f64) -> bool {

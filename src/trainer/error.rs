@@ -30,13 +30,24 @@ pub enum TrainerError {
     #[error("record error: {0}")]
     Record(String),
     /// A full step produced a NaN or infinite loss. Its gradients were dropped and the
-    /// model, optimizer and trainer state are exactly as before the step.
+    /// model, optimizer and trainer state are exactly as before the step. With
+    /// [`loss_every`](super::ExecutionConfig::loss_every) above 1 the loss is the mean of
+    /// the window read at this step: the window's earlier steps were applied.
     #[error("full step {step} produced a non-finite loss ({loss}); the update was not applied")]
     NonFiniteLoss {
         /// The trainer step (0-based).
         step: usize,
         /// The loss.
         loss: f64,
+    },
+    /// A step was given a number of micro-batches other than
+    /// [`accumulation_steps`](super::ExecutionConfig::accumulation_steps).
+    #[error("a step takes {expected} micro-batch(es) (accumulation_steps), got {got}")]
+    MicroBatches {
+        /// `accumulation_steps`.
+        expected: usize,
+        /// Micro-batches given.
+        got: usize,
     },
     /// The model is gone: an earlier step panicked while it was out of the trainer.
     #[error("the model was lost when an earlier step panicked; rebuild the trainer")]

@@ -10,11 +10,14 @@ use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::ElementConversion;
 use burn::train::{InferenceStep, TrainOutput, TrainStep};
 
+use super::accumulation::MicroBatchGradients;
 use super::calibration::{after_rollback, blended_confidence, calibrated_scale};
 use super::checkpoint::DEFAULT_KEEP;
 use super::config::HybridConfig;
 use super::error::TrainerError;
+use super::execution::ExecutionConfig;
 use super::guard::{GuardVerdict, LossGuard, RollbackReason};
+use super::loss_window::LossWindow;
 use super::lr::LrSchedule;
 use super::params::{self, Alignment, ParamUpdates};
 use super::phase::{Phase, PhaseSchedule};
@@ -33,7 +36,8 @@ pub(super) struct BlockStart<B: Backend> {
 
 /// What a step's body hands back to [`HybridTrainer::step`].
 struct StepOutcome {
-    loss: f64,
+    /// `None` when the loss stayed on the device.
+    loss: Option<f64>,
     lr: f64,
     optimizer_step: usize,
     rolled_back: bool,
@@ -67,6 +71,9 @@ where
     pub(super) metrics: Option<JsonlWriter>,
     pub(super) statistics: TrainerStatistics,
     pub(super) keep_checkpoints: usize,
+    pub(super) execution: ExecutionConfig,
+    /// Full-step losses not yet read back.
+    pub(super) losses: LossWindow<B::InnerBackend>,
     pub(super) batch: PhantomData<fn(T)>,
 }
 
@@ -108,9 +115,24 @@ where
             metrics: None,
             statistics: TrainerStatistics::default(),
             keep_checkpoints: DEFAULT_KEEP,
+            execution: ExecutionConfig::default(),
+            losses: LossWindow::default(),
             batch: PhantomData,
             config,
         })
+    }
+
+    /// Sets how steps are executed: gradient accumulation, loss read-back, pool trimming.
+    /// Fails if `execution` breaks a rule.
+    pub fn with_execution(mut self, execution: ExecutionConfig) -> Result<Self, TrainerError> {
+        execution.validate()?;
+        self.execution = execution;
+        Ok(self)
+    }
+
+    /// How steps are executed.
+    pub fn execution(&self) -> &ExecutionConfig {
+        &self.execution
     }
 
     /// Writes every step's record to a new JSON-lines file at `path` (truncating it).
@@ -223,13 +245,38 @@ where
         statistics
     }
 
-    /// Runs one step of the current phase and returns its record.
+    /// Runs one step of the current phase on one batch and returns its record; with
+    /// [`accumulation_steps`](ExecutionConfig::accumulation_steps) above 1 use
+    /// [`step_accumulated`](Self::step_accumulated).
     ///
     /// On [`TrainerError::NonFiniteLoss`] nothing changed: not the model, not the
     /// optimizer, not the schedule; the caller may skip the batch or stop. A rejected
     /// predicted step is not an error: its record says `rolled_back`. An error writing the
     /// metrics line is returned after the step has been applied.
     pub fn step(&mut self, batch: T) -> Result<StepRecord, TrainerError> {
+        self.step_accumulated([batch])
+    }
+
+    /// Runs one step of the current phase over
+    /// [`accumulation_steps`](ExecutionConfig::accumulation_steps) micro-batches: one
+    /// optimizer update (or one predicted update) for all of them. Errors as
+    /// [`step`](Self::step), and with [`TrainerError::MicroBatches`] (nothing run) when
+    /// the count is wrong.
+    ///
+    /// The micro-batches are taken one at a time: give a lazy iterator (say, one that
+    /// moves host batches to the device in `map`) and only one is on the device at once.
+    pub fn step_accumulated<I>(&mut self, micro_batches: I) -> Result<StepRecord, TrainerError>
+    where
+        I: IntoIterator<Item = T>,
+        I::IntoIter: ExactSizeIterator,
+    {
+        let micro_batches = micro_batches.into_iter();
+        if micro_batches.len() != self.execution.accumulation_steps {
+            return Err(TrainerError::MicroBatches {
+                expected: self.execution.accumulation_steps,
+                got: micro_batches.len(),
+            });
+        }
         if self.schedule.current() == Phase::Predict && !self.predictor.is_ready() {
             // Unreachable through the gate, which needs a ready predictor; a hand-edited
             // checkpoint could get here. Fall back to full steps.
@@ -245,17 +292,22 @@ where
         );
         let _entered = span.enter();
 
-        let items = batch.items();
+        let mut items = 0;
+        let micro_batches = micro_batches.inspect(|batch| items += batch.items());
         let started = Instant::now();
         let outcome = match phase {
-            Phase::Predict => self.predict_step(batch)?,
-            _ => self.full_step(phase, batch)?,
+            Phase::Predict => self.predict_step(micro_batches)?,
+            _ => self.full_step(phase, micro_batches)?,
         };
-        if let Err(err) = <B as Backend>::sync(&self.device) {
-            tracing::warn!(%err, "device sync after the step failed");
+        // A step that left its loss on the device does not wait for the device either:
+        // its time is what the host spent queueing, and the reading step pays the rest.
+        let synced = outcome.loss.is_some();
+        if synced {
+            if let Err(err) = <B as Backend>::sync(&self.device) {
+                tracing::warn!(%err, "device sync after the step failed");
+            }
         }
         let seconds = started.elapsed().as_secs_f64();
-        let memory = B::memory_sample(&self.device);
 
         if !outcome.rolled_back {
             let gate = if self.predictor.is_ready() {
@@ -270,6 +322,10 @@ where
             self.block = None;
             self.awaiting_calibration = !outcome.rolled_back;
         }
+        if self.execution.trims_after(self.step, phase, self.schedule.current()) {
+            self.trim();
+        }
+        let memory = if synced { B::memory_sample(&self.device) } else { None };
 
         let record = StepRecord {
             step: self.step,
@@ -295,7 +351,9 @@ where
         };
         self.step += 1;
         self.statistics.observe(&record);
-        span.record("loss", record.loss);
+        if let Some(loss) = record.loss {
+            span.record("loss", loss);
+        }
         span.record("rolled_back", record.rolled_back);
         tracing::debug!(
             loss = record.loss,
@@ -311,7 +369,9 @@ where
     }
 
     /// Runs up to `steps` steps, fewer if `batches` ends first, calling `on_step` after
-    /// each one, and returns the totals.
+    /// each one, and returns the totals. Each step takes
+    /// [`accumulation_steps`](ExecutionConfig::accumulation_steps) batches; a last,
+    /// incomplete group is not run.
     pub fn run<I>(
         &mut self,
         batches: I,
@@ -321,20 +381,77 @@ where
     where
         I: IntoIterator<Item = T>,
     {
-        for batch in batches.into_iter().take(steps) {
-            let record = self.step(batch)?;
+        let per_step = self.execution.accumulation_steps;
+        let mut batches = batches.into_iter();
+        for _ in 0..steps {
+            let micro_batches: Vec<T> = batches.by_ref().take(per_step).collect();
+            if micro_batches.len() < per_step {
+                break;
+            }
+            let record = self.step_accumulated(micro_batches)?;
             on_step(&record);
         }
         Ok(self.statistics())
     }
 
-    /// Forward, backward, optimizer; then the real update feeds the predictor.
-    fn full_step(&mut self, phase: Phase, batch: T) -> Result<StepOutcome, TrainerError> {
+    /// Asks the device pool to release what it keeps unused, and counts what it gave back.
+    fn trim(&mut self) {
+        let report = crate::memory::trim::<B>(&self.device);
+        self.statistics.trims += 1;
+        self.statistics.trimmed_bytes += report.released_bytes().unwrap_or(0);
+        tracing::debug!(step = self.step, released = report.released_bytes(), "pool trimmed");
+    }
+
+    /// Reads back the full-step losses still on the device and feeds them to the guard.
+    /// Returns their mean, `None` when there were none.
+    fn read_losses(&mut self) -> Option<f64> {
+        let (mean, steps) = self.losses.read()?;
+        if mean.is_finite() {
+            for _ in 0..steps {
+                self.guard.observe_full(mean);
+            }
+        }
+        Some(mean)
+    }
+
+    /// Whether the full step just queued must read its loss back now.
+    fn loss_due(&self) -> bool {
+        self.losses.steps() >= self.execution.loss_every
+            || (!self.config.is_all_full() && self.schedule.is_last_of_phase())
+    }
+
+    /// Forward and backward over every micro-batch, then the optimizer on their mean
+    /// gradient; then the real update feeds the predictor.
+    fn full_step(&mut self, phase: Phase, micro_batches: impl ExactSizeIterator<Item = T>) -> Result<StepOutcome, TrainerError> {
         let model = self.model.take().ok_or(TrainerError::ModelLost)?;
-        let TrainOutput { grads, item } = <M as TrainStep>::step(&model, batch);
-        let loss = StepLoss::<B>::loss(&item).into_scalar().elem::<f64>();
-        drop(item);
-        if !loss.is_finite() {
+        let count = micro_batches.len();
+        let mut accumulated = MicroBatchGradients::<M>::default();
+        let mut single = None;
+        let mut loss_sum = None;
+        for batch in micro_batches {
+            let TrainOutput { grads, item } = <M as TrainStep>::step(&model, batch);
+            let loss = StepLoss::<B>::loss(&item).inner();
+            drop(item);
+            loss_sum = Some(match loss_sum {
+                Some(sum) => sum + loss,
+                None => loss,
+            });
+            if count == 1 {
+                single = Some(grads);
+            } else {
+                // Each micro-batch's graph is gone once its gradients are summed.
+                accumulated.add::<B>(&model, grads);
+            }
+        }
+        let grads = match single {
+            Some(grads) => grads,
+            None => accumulated.mean::<B>(&model),
+        };
+        if let Some(sum) = loss_sum {
+            self.losses.push(sum.div_scalar(count as f64));
+        }
+        let loss = if self.loss_due() { self.read_losses() } else { None };
+        if let Some(loss) = loss.filter(|loss| !loss.is_finite()) {
             drop(grads);
             self.model = Some(model);
             return Err(TrainerError::NonFiniteLoss {
@@ -362,7 +479,6 @@ where
             self.predictor.observe(&deltas, lr);
             alignment
         };
-        self.guard.observe_full(loss);
         self.optimizer_step += 1;
         Ok(StepOutcome {
             loss,
@@ -411,9 +527,12 @@ where
         Some(alignment)
     }
 
-    /// Applies the predicted update and runs the inner model forward for the loss; the
-    /// autodiff graph is never touched.
-    fn predict_step(&mut self, batch: T) -> Result<StepOutcome, TrainerError> {
+    /// Applies the predicted update and runs the inner model forward over every
+    /// micro-batch for the loss; the autodiff graph is never touched.
+    fn predict_step(&mut self, micro_batches: impl ExactSizeIterator<Item = T>) -> Result<StepOutcome, TrainerError> {
+        // The guard compares with the running full-step loss: it must include every full
+        // step (normally read already, as the last step of its phase).
+        self.read_losses();
         let model = self.model.take().ok_or(TrainerError::ModelLost)?;
         if self.block.is_none() {
             let snapshot = Snapshot::take(&model.valid(), self.config.snapshot);
@@ -434,12 +553,19 @@ where
         let inner = model.valid();
         self.model = Some(model);
 
-        let output = <M::InnerModule as InferenceStep>::step(&inner, batch.into_inner());
-        let loss = StepLoss::<B::InnerBackend>::loss(&output)
-            .into_scalar()
-            .elem::<f64>();
-        drop(output);
+        let count = micro_batches.len();
+        let mut loss_sum = None;
+        for batch in micro_batches {
+            let output = <M::InnerModule as InferenceStep>::step(&inner, batch.into_inner());
+            let loss = StepLoss::<B::InnerBackend>::loss(&output);
+            drop(output);
+            loss_sum = Some(match loss_sum {
+                Some(sum) => sum + loss,
+                None => loss,
+            });
+        }
         drop(inner);
+        let loss = loss_sum.map_or(f64::NAN, |sum| sum.into_scalar().elem::<f64>() / count as f64);
         self.optimizer_step += 1;
 
         let rolled_back = match self.guard.check_predict(loss) {
@@ -450,7 +576,7 @@ where
             }
         };
         Ok(StepOutcome {
-            loss,
+            loss: Some(loss),
             lr,
             optimizer_step,
             rolled_back,

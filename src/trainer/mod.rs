@@ -45,12 +45,15 @@
 //! classification, regression and sequence outputs already do). `docs/trainer.md` walks
 //! through an example.
 
+mod accumulation;
 mod calibration;
 mod checkpoint;
 mod config;
 mod error;
+mod execution;
 mod guard;
 mod hybrid;
+mod loss_window;
 mod lr;
 mod params;
 mod persist;
@@ -63,7 +66,10 @@ mod step;
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod execution_tests;
 
+pub use accumulation::MicroBatchGradients;
 pub use calibration::{after_rollback, blended_confidence, calibrated_scale};
 pub use checkpoint::{
     checkpoint_name, load_latest, save as save_checkpoint_files, CheckpointPayload, TrainerState,
@@ -71,8 +77,10 @@ pub use checkpoint::{
 };
 pub use config::{ConfigError, HybridConfig, PredictorPrecision, SnapshotStore};
 pub use error::TrainerError;
+pub use execution::{ExecutionConfig, TrimPolicy};
 pub use guard::{GuardVerdict, LossGuard, RollbackReason};
 pub use hybrid::HybridTrainer;
+pub use loss_window::LossWindow;
 pub use lr::LrSchedule;
 pub use params::{
     alignment, apply_update, collect, differences, Alignment, FlatParam, ParamTensors, ParamUpdates,

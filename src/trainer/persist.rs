@@ -181,6 +181,10 @@ where
             metrics: None,
             statistics: state.statistics,
             keep_checkpoints: DEFAULT_KEEP,
+            // Execution settings are the caller's, not the checkpoint's: set them with
+            // `with_execution` after resuming.
+            execution: Default::default(),
+            losses: Default::default(),
             batch: PhantomData,
             config: state.config,
         })

@@ -20,9 +20,14 @@ pub struct StepRecord {
     /// The kind of step.
     pub phase: Phase,
     /// The step's loss: before the update for a full step, after the predicted update for
-    /// a predicted one. Written as `null` in JSON when it is not finite.
-    #[serde(with = "finite_or_null")]
-    pub loss: f64,
+    /// a predicted one; the mean over the micro-batches with gradient accumulation.
+    ///
+    /// `None` when the step left its loss on the device
+    /// ([`loss_every`](super::ExecutionConfig::loss_every) above 1); the step that reads
+    /// the window back reports the mean of the window's losses. In JSON an unread loss is
+    /// left out and a non-finite one is written as `null` (read back as NaN).
+    #[serde(default, skip_serializing_if = "Option::is_none", with = "finite_or_null")]
+    pub loss: Option<f64>,
     /// The learning rate of the step.
     pub lr: f64,
     /// Wall-clock seconds, device work included.
@@ -49,21 +54,21 @@ pub struct StepRecord {
     pub norm_ratio: Option<f64>,
 }
 
-/// Serde for an `f64` that may be NaN or infinite: JSON has no such numbers, so they are
-/// written as `null` and read back as NaN.
+/// Serde for a present `f64` that may be NaN or infinite: JSON has no such numbers, so
+/// they are written as `null` and read back as NaN. (An absent value is skipped, and
+/// defaults to `None`, outside this module.)
 mod finite_or_null {
     use serde::{Deserialize, Deserializer, Serializer};
 
-    pub fn serialize<S: Serializer>(value: &f64, serializer: S) -> Result<S::Ok, S::Error> {
-        if value.is_finite() {
-            serializer.serialize_f64(*value)
-        } else {
-            serializer.serialize_none()
+    pub fn serialize<S: Serializer>(value: &Option<f64>, serializer: S) -> Result<S::Ok, S::Error> {
+        match value {
+            Some(value) if value.is_finite() => serializer.serialize_f64(*value),
+            _ => serializer.serialize_none(),
         }
     }
 
-    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<f64, D::Error> {
-        Ok(Option::<f64>::deserialize(deserializer)?.unwrap_or(f64::NAN))
+    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<f64>, D::Error> {
+        Ok(Some(Option::<f64>::deserialize(deserializer)?.unwrap_or(f64::NAN)))
     }
 }
 
@@ -136,7 +141,7 @@ mod tests {
             step,
             optimizer_step: step,
             phase: Phase::Predict,
-            loss,
+            loss: Some(loss),
             lr: 1e-3,
             seconds: 0.5,
             items: 8,
@@ -196,7 +201,16 @@ mod tests {
         let line = serde_json::to_string(&record(3, f64::NAN)).expect("serialise");
         assert!(line.contains("\"loss\":null"), "{line}");
         let back: StepRecord = serde_json::from_str(&line).expect("deserialise");
-        assert!(back.loss.is_nan() && back.rolled_back);
+        assert!(back.loss.is_some_and(f64::is_nan) && back.rolled_back);
+    }
+
+    #[test]
+    fn an_unread_loss_is_left_out_and_read_back_as_none() {
+        let unread = StepRecord { loss: None, ..record(4, 1.0) };
+        let line = serde_json::to_string(&unread).expect("serialise");
+        assert!(!line.contains("\"loss\""), "{line}");
+        let back: StepRecord = serde_json::from_str(&line).expect("deserialise");
+        assert_eq!(back, unread);
     }
 
     #[test]

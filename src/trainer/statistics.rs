@@ -39,7 +39,7 @@ pub struct TrainerStatistics {
     pub total_items: u64,
     /// The highest `bytes_in_use` any step reported.
     pub peak_bytes_in_use: Option<u64>,
-    /// The last step's loss.
+    /// The last loss read back (see [`StepRecord::loss`]).
     pub last_loss: Option<f64>,
     /// The guard's running full-step loss.
     pub running_loss: Option<f64>,
@@ -47,6 +47,12 @@ pub struct TrainerStatistics {
     pub predictor_bytes: usize,
     /// The largest rollback snapshot held so far, in bytes.
     pub snapshot_bytes: usize,
+    /// Times the trainer trimmed the device pool ([`TrimPolicy`](super::TrimPolicy)).
+    #[serde(default)]
+    pub trims: usize,
+    /// Reserved bytes those trims handed back to the device.
+    #[serde(default)]
+    pub trimmed_bytes: u64,
 }
 
 impl TrainerStatistics {
@@ -74,7 +80,9 @@ impl TrainerStatistics {
                     .map_or(memory.bytes_in_use, |peak| peak.max(memory.bytes_in_use)),
             );
         }
-        self.last_loss = Some(record.loss);
+        if record.loss.is_some() {
+            self.last_loss = record.loss;
+        }
         self.refresh();
     }
 
@@ -109,7 +117,7 @@ mod tests {
             step: 0,
             optimizer_step: 0,
             phase,
-            loss: 1.0,
+            loss: Some(1.0),
             lr: 1e-3,
             seconds,
             items: 4,

@@ -17,6 +17,8 @@ use crate::{soak, LeanWgpu, Soak};
 type Gpt2Backend = leanburn::select::WgpuStack;
 
 const STEPS: usize = 300;
+/// The controls grow by a tensor a step: a third of the run shows it.
+const CONTROL_STEPS: usize = STEPS / 3;
 /// Steps before growth is judged: Adam's moments, the predictor's state and the kernels'
 /// autotune results are all created in these.
 const SETTLE: usize = 40;
@@ -82,7 +84,7 @@ fn control_hybrid_cnn_keeping_one_tensor_per_step_grows() {
     let mut trainer = cnn_trainer(&device);
     let mut sampler = ShapeSampler::new(RESOLUTION, IMAGES, 11).expect("valid sampler");
     let mut kept = Vec::new();
-    let soak = soak(&mut trainer, STEPS / 2, SETTLE, |_| {
+    let soak = soak(&mut trainer, CONTROL_STEPS, SETTLE, |_| {
         let batch = images(&mut sampler, &device);
         kept.push(batch.0.clone());
         batch
@@ -130,7 +132,7 @@ fn control_hybrid_gpt2_keeping_one_tensor_per_step_grows() {
     let tokens = token_stream();
     let mut sampler = WindowSampler::new(4, 32, 5).expect("valid sampler");
     let mut kept = Vec::new();
-    let soak = soak(&mut trainer, STEPS / 2, SETTLE, |_| {
+    let soak = soak(&mut trainer, CONTROL_STEPS, SETTLE, |_| {
         // One step's worth of hidden states, as a loop that logs activations might keep.
         let batch = sampler.sample(&tokens, Split::Train).expect("windows").into_device::<Gpt2Backend>(&device);
         kept.push(Tensor::<Gpt2Backend, 2>::zeros([4 * 32, 64], &device));

@@ -13,12 +13,17 @@
 //! - `residency`: after training, live memory is parameters + optimizer state (+ predictor
 //!   and snapshot): no persistent convolution buffers.
 //! - `pool`: `trim()` hands a large transient allocation's reserve back.
+//! - `checkpointing`: activation checkpointing keeps the update and holds less.
+//! - `execution`: gradient accumulation keeps one micro-batch's peak; the trainer's trim
+//!   policy hands the pool's spare pages back.
 //! - `rollback`: rollbacks and checkpoint save/resume cycles leave nothing behind.
 
 #[path = "../common/mod.rs"]
 mod common;
 
+mod checkpointing;
 mod data;
+mod execution;
 mod forward;
 mod hybrid;
 mod pool;
@@ -94,7 +99,7 @@ where
     let mut samples = Vec::new();
     for step in 0..steps {
         let record = trainer.step(next_batch(step)).expect("training step");
-        assert!(record.loss.is_finite() || record.rolled_back, "step {step}: loss {}", record.loss);
+        assert!(record.loss.is_some_and(f64::is_finite) || record.rolled_back, "step {step}: loss {:?}", record.loss);
         if step >= settle && trainer.can_checkpoint() {
             samples.push((step as u64, record.memory.expect("wgpu memory is readable").bytes_in_use));
         }

@@ -52,7 +52,7 @@ fn fifty_predict_steps_leave_bytes_in_use_flat() {
         let record = trainer
             .step(image_batch::<B>(BATCH, SIDE, (WARMUP + step) as u64, &device))
             .expect("predict step");
-        assert!(record.predicted && !record.rolled_back && record.loss.is_finite());
+        assert!(record.predicted && !record.rolled_back && record.loss.is_some_and(f64::is_finite));
         let memory = record.memory.expect("wgpu memory is readable");
         // The first predict step takes the block's snapshot: judge growth after it.
         if step == 0 {

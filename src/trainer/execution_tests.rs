@@ -1,0 +1,136 @@
+//! Gradient accumulation and deferred loss reads, end to end on the regressor of
+//! [`tests`](super::tests) (`Autodiff<NdArray>`: deterministic).
+
+use burn::tensor::{Tensor, TensorData};
+
+use super::tests::{batch, config, poisoned_batch, sgd_trainer, weights, Batch, Regressor, Train, DEVICE, ROWS};
+use super::*;
+
+/// A trainer like [`sgd_trainer`]'s (plain SGD at 0.05), on a copy of `model`.
+fn sgd_trainer_on(
+    model: &Regressor<Train>,
+    config: HybridConfig,
+) -> HybridTrainer<Train, Regressor<Train>, impl burn::optim::Optimizer<Regressor<Train>, Train>, Batch> {
+    HybridTrainer::new(model.clone(), burn::optim::SgdConfig::new().init(), config, LrSchedule::Constant { lr: 0.05 }, DEVICE)
+        .expect("valid configuration")
+}
+
+/// Micro-batches `2·step` and `2·step + 1` of the regressor's data, stacked into one batch
+/// of twice the rows.
+fn stacked(step: usize) -> Batch {
+    let (a, b) = (batch(2 * step), batch(2 * step + 1));
+    (Tensor::cat(vec![a.0, b.0], 0), Tensor::cat(vec![a.1, b.1], 0))
+}
+
+fn close(a: &[TensorData], b: &[TensorData], tolerance: f32) -> bool {
+    a.iter().zip(b).all(|(a, b)| {
+        let (a, b) = (a.to_vec::<f32>().expect("f32"), b.to_vec::<f32>().expect("f32"));
+        a.iter().zip(&b).all(|(x, y)| (x - y).abs() <= tolerance * x.abs().max(1.0))
+    })
+}
+
+#[test]
+fn micro_batches_make_the_update_of_one_large_batch() {
+    let accumulating = ExecutionConfig::default().with_accumulation_steps(2);
+    let mut micro = sgd_trainer(HybridConfig::all_full()).with_execution(accumulating).expect("valid");
+    let mut large = sgd_trainer_on(micro.model(), HybridConfig::all_full());
+
+    for step in 0..5 {
+        let a = micro.step_accumulated(vec![batch(2 * step), batch(2 * step + 1)]).expect("accumulated step");
+        let b = large.step(stacked(step)).expect("large step");
+        assert_eq!(a.items, b.items);
+        let (la, lb) = (a.loss.expect("read"), b.loss.expect("read"));
+        assert!((la - lb).abs() <= 1e-5 * la.abs().max(1.0), "step {step}: mean loss {la} vs {lb}");
+        assert!(
+            close(&weights(micro.model()), &weights(large.model()), 1e-5),
+            "step {step}: weights differ: {:?} vs {:?}",
+            weights(micro.model()),
+            weights(large.model())
+        );
+    }
+    assert_eq!(micro.optimizer_step(), 5, "one optimizer step per group of micro-batches");
+}
+
+#[test]
+fn a_step_refuses_the_wrong_number_of_micro_batches() {
+    let accumulating = ExecutionConfig::default().with_accumulation_steps(3);
+    let mut trainer = sgd_trainer(config()).with_execution(accumulating).expect("valid");
+    let before = weights(trainer.model());
+    let message = trainer.step(batch(0)).expect_err("one batch of three").to_string();
+    assert!(message.contains("3 micro-batch") && message.contains("got 1"), "{message}");
+    assert_eq!(weights(trainer.model()), before);
+    assert_eq!(trainer.steps_taken(), 0);
+    assert!(sgd_trainer(config()).with_execution(ExecutionConfig::default().with_loss_every(0)).is_err());
+}
+
+#[test]
+fn run_groups_batches_into_micro_batches() {
+    let accumulating = ExecutionConfig::default().with_accumulation_steps(2);
+    let mut trainer = sgd_trainer(config()).with_execution(accumulating).expect("valid");
+    // 9 batches: four steps of two; the ninth is an incomplete group and is not run.
+    let statistics = trainer.run((0..9).map(batch), 10, |_| {}).expect("run");
+    assert_eq!(statistics.steps, 4);
+    assert_eq!(statistics.total_items, (4 * 2 * ROWS) as u64);
+}
+
+#[test]
+fn the_loss_is_read_every_n_steps_as_the_mean_of_its_window() {
+    let every = 4;
+    let mut deferred = sgd_trainer(HybridConfig::all_full())
+        .with_execution(ExecutionConfig::default().with_loss_every(every))
+        .expect("valid");
+    let mut eager = sgd_trainer_on(deferred.model(), HybridConfig::all_full());
+
+    let mut window = Vec::new();
+    for step in 0..12 {
+        let d = deferred.step(batch(step)).expect("deferred step");
+        let e = eager.step(batch(step)).expect("eager step");
+        window.push(e.loss.expect("read every step"));
+        if (step + 1) % every == 0 {
+            let mean = window.iter().sum::<f64>() / window.len() as f64;
+            let read = d.loss.expect("a reading step");
+            assert!((read - mean).abs() <= 1e-6 * mean.abs().max(1.0), "step {step}: {read} vs {mean}");
+            assert!(d.memory.is_none(), "ndarray has no pool to read");
+            window.clear();
+        } else {
+            assert_eq!(d.loss, None, "step {step} should leave its loss on the device");
+        }
+    }
+    // Reading less often changes nothing about the training itself.
+    assert_eq!(weights(deferred.model()), weights(eager.model()));
+}
+
+#[test]
+fn a_hybrid_run_reads_before_every_predict_block() {
+    let mut trainer = sgd_trainer(config())
+        .with_execution(ExecutionConfig::default().with_loss_every(100))
+        .expect("valid");
+    let mut records = Vec::new();
+    for step in 0..12 {
+        records.push(trainer.step(batch(step)).expect("step"));
+    }
+    for (i, record) in records.iter().enumerate() {
+        if record.predicted {
+            assert!(record.loss.is_some(), "predict step {i} must read its loss for the guard");
+            let before = &records[i - 1];
+            assert!(before.predicted || before.loss.is_some(), "the full step before block {i} must read");
+        }
+    }
+    assert!(records.iter().any(|r| r.predicted), "the run should predict");
+    assert!(records.iter().any(|r| r.loss.is_none()), "warmup steps should defer their reads");
+}
+
+#[test]
+fn a_non_finite_loss_is_caught_at_the_next_reading() {
+    let mut trainer = sgd_trainer(HybridConfig::all_full())
+        .with_execution(ExecutionConfig::default().with_loss_every(3))
+        .expect("valid");
+    trainer.step(batch(0)).expect("first step");
+    let poisoned = trainer.step(poisoned_batch()).expect("its loss is not read yet");
+    assert_eq!(poisoned.loss, None);
+    let before = weights(trainer.model());
+    let err = trainer.step(batch(2)).expect_err("the window holds a NaN");
+    assert!(matches!(err, TrainerError::NonFiniteLoss { step: 2, .. }), "{err}");
+    // The reading step's own update is not applied.
+    assert_eq!(weights(trainer.model()), before);
+}
