@@ -11,13 +11,19 @@
 //! pool's reserve rose during one run after a trim (the pool's high-water mark, rounded up
 //! to its pages). `Lean`'s planned workspace per chunk is printed with its budget. The table
 //! is Markdown, ready for `docs/benchmarks.md`.
+//!
+//! Correctness on the device itself: "max rel. error" is the largest difference between
+//! `Lean`'s three results and stock's on the same inputs, element by element, relative to
+//! `max(|stock|, rms(stock))` (the measure of `tests/conv_correctness.rs`). A shape whose
+//! error exceeds `--tolerance` (default 1e-4 for f32, 1e-2 for f16, 4e-2 for bf16, the
+//! tests' tolerances) is marked, and the bench exits with status 1.
 
 use std::time::{Duration, Instant};
 
 use burn::backend::NdArray;
 use burn::tensor::backend::Backend;
-use burn::tensor::ops::{ConvOptions, FloatTensor};
-use burn::tensor::{Distribution, Tensor};
+use burn::tensor::ops::{ConvOptions, FloatTensor, ModuleOps};
+use burn::tensor::{Distribution, Tensor, TensorPrimitive};
 use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement};
 use clap::{Parser, ValueEnum};
 use leanburn::backend::{conv2d_plan, ChunkedConv, ConvBudget, Lean};
@@ -48,6 +54,9 @@ struct Args {
     /// Float type on CubeCL backends (the CPU backend runs f32).
     #[arg(long, value_enum, default_value_t = Precision::F32)]
     dtype: Precision,
+    /// Largest allowed relative error of `Lean` against stock; default by `--dtype`.
+    #[arg(long)]
+    tolerance: Option<f32>,
     /// Run only the shapes whose name contains this.
     #[arg(long)]
     only: Option<String>,
@@ -193,12 +202,72 @@ fn measure<B: Backend + MemoryProbe>(shape: &Shape, args: &Args, device: &B::Dev
     Measured { median: times[times.len() / 2], reserve_rise }
 }
 
+fn host<B: Backend>(tensor: FloatTensor<B>) -> Vec<f32> {
+    Tensor::<B, 4>::from_primitive(TensorPrimitive::Float(tensor))
+        .into_data()
+        .convert::<f32>()
+        .to_vec()
+        .expect("f32 data")
+}
+
+/// Largest error of `got` against `want`, each element relative to `max(|want|, rms(want))`.
+fn relative_error(got: &[f32], want: &[f32]) -> f32 {
+    let rms = (want.iter().map(|w| f64::from(*w).powi(2)).sum::<f64>() / want.len().max(1) as f64).sqrt() as f32;
+    got.iter()
+        .zip(want)
+        .map(|(g, w)| (g - w).abs() / w.abs().max(rms).max(f32::MIN_POSITIVE))
+        .fold(0.0, f32::max)
+}
+
+/// `Lean<B>`'s forward, input gradient and weight gradient against `B`'s on the same
+/// random inputs: the largest relative error of the three.
+fn lean_error<B: ChunkedConv>(shape: &Shape, device: &B::Device) -> f32 {
+    let options = ConvOptions::new([shape.stride; 2], [shape.padding; 2], [1, 1], 1);
+    let x = Tensor::<B, 4>::random(
+        [shape.batch, shape.in_channels, shape.side, shape.side],
+        Distribution::Normal(0.0, 1.0),
+        device,
+    );
+    let weight = Tensor::<B, 4>::random(
+        [shape.out_channels, shape.in_channels, shape.kernel, shape.kernel],
+        Distribution::Normal(0.0, 0.05),
+        device,
+    );
+    let out_side = (shape.side + 2 * shape.padding - shape.kernel) / shape.stride + 1;
+    let grad = Tensor::<B, 4>::random(
+        [shape.batch, shape.out_channels, out_side, out_side],
+        Distribution::Normal(0.0, 1.0),
+        device,
+    );
+    let (x, weight, grad) = (float(x), float(weight), float(grad));
+    let pairs = [
+        (
+            Lean::<B>::conv2d(x.clone(), weight.clone(), None, options.clone()),
+            B::conv2d(x.clone(), weight.clone(), None, options.clone()),
+        ),
+        (
+            Lean::<B>::conv2d_x_backward(x.clone(), weight.clone(), grad.clone(), options.clone()),
+            B::conv2d_x_backward(x.clone(), weight.clone(), grad.clone(), options.clone()),
+        ),
+        (
+            Lean::<B>::conv2d_weight_backward(x.clone(), weight.clone(), grad.clone(), options.clone()),
+            B::conv2d_weight_backward(x, weight, grad, options),
+        ),
+    ];
+    pairs.into_iter().map(|(got, want)| relative_error(&host::<B>(got), &host::<B>(want))).fold(0.0, f32::max)
+}
+
 fn memory(bytes: Option<u64>) -> String {
     bytes.map_or_else(|| "n/a".to_string(), |b| format_bytes(b as f64))
 }
 
 fn run<B: ChunkedConv + MemoryProbe>(args: &Args, device: B::Device, elem_bytes: usize, label: &str) {
     let list = shapes(args);
+    let tolerance = args.tolerance.unwrap_or(match elem_bytes {
+        4 => 1e-4,
+        _ if label == "bf16" => 4e-2,
+        _ => 1e-2,
+    });
     ConvBudget::set_global(ConvBudget::from_mib(args.budget_mib));
     println!(
         "\n{} vs {}, {label}, budget {} MiB, median of {} (after {} warm-up)\n",
@@ -209,10 +278,11 @@ fn run<B: ChunkedConv + MemoryProbe>(args: &Args, device: B::Device, elem_bytes:
         args.warmup
     );
     println!(
-        "| shape | batch | stock ms | lean ms | lean/stock time | stock reserve rise | lean reserve rise | lean workspace (chunks) |"
+        "| shape | batch | stock ms | lean ms | lean/stock time | stock reserve rise | lean reserve rise | lean workspace (chunks) | max rel. error |"
     );
-    println!("|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|");
     let mut over_budget = 0;
+    let mut wrong = 0;
     for shape in &list {
         eprintln!("… {} (batch {})", shape.name, shape.batch);
         let stock = measure::<B>(shape, args, &device);
@@ -227,8 +297,13 @@ fn run<B: ChunkedConv + MemoryProbe>(args: &Args, device: B::Device, elem_bytes:
         if !plan.fits_budget() {
             over_budget += 1;
         }
+        let error = lean_error::<B>(shape, &device);
+        let within = error <= tolerance;
+        if !within {
+            wrong += 1;
+        }
         println!(
-            "| {} | {} | {:.1} | {:.1} | {:.2} | {} | {} | {} ({}){} |",
+            "| {} | {} | {:.1} | {:.1} | {:.2} | {} | {} | {} ({}){} | {:.1e}{} |",
             shape.name,
             shape.batch,
             stock.median.as_secs_f64() * 1e3,
@@ -239,12 +314,19 @@ fn run<B: ChunkedConv + MemoryProbe>(args: &Args, device: B::Device, elem_bytes:
             format_bytes(plan.workspace_bytes as f64),
             plan.chunks,
             if plan.fits_budget() { "" } else { " over budget: one image" },
+            error,
+            if within { "" } else { " **over tolerance**" },
         );
     }
     if over_budget > 0 {
         println!(
             "\n{over_budget} shape(s) need more than the budget for a single image; Lean runs those one image at a time."
         );
+    }
+    println!("\nmax rel. error: Lean against stock on the same inputs; tolerance {tolerance:.0e}");
+    if wrong > 0 {
+        eprintln!("error: {wrong} shape(s) differ from stock beyond {tolerance:.0e}");
+        std::process::exit(1);
     }
 }
 

@@ -123,6 +123,7 @@ fn run(args: Args) -> Result<(), Failure> {
     }
     let selection = select(&args.backend).map_err(|e| Failure { code: e.exit_code(), message: e.to_string() })?;
     eprintln!("{selection}");
+    args.execution.check_precision(&selection)?;
     let files = prepare_out(&args.out, args.mode, args.resume, args.overwrite)?;
     let resolution = args.resolution as usize;
     let validation = shapes_validation(resolution, (args.batch as usize).min(64), args.eval_batches as usize, args.seed)
@@ -153,6 +154,7 @@ impl BackendJob for Plan {
             peak_lr: args.lr,
             steps,
             execution: args.execution.config(),
+            precision: args.execution.precision(),
         };
         let mut trainer = start_trainer(model, optimizer, &start, files, device.clone())?;
 
@@ -170,7 +172,7 @@ impl BackendJob for Plan {
         }
         eprintln!(
             "training a {parameters}-parameter conv net (widths {:?}) on {} for steps {}..{steps} ({} mode): \
-             batch {} of {resolution}×{resolution} images{}, {}-MiB conv workspace{}",
+             batch {} of {resolution}×{resolution} images{}, {}-MiB conv workspace{}{}",
             args.widths,
             B::name(&device),
             first + 1,
@@ -182,6 +184,7 @@ impl BackendJob for Plan {
             },
             ConvBudget::current().bytes() >> 20,
             args.execution.describe_checkpointing(),
+            args.execution.describe_precision(),
         );
         let settings = LoopSettings {
             steps,

@@ -148,6 +148,7 @@ fn run(args: Args) -> Result<(), Failure> {
     let loss_chunk = args.loss_chunk.map(|c| c as usize);
 
     check_memory(&args, &selection, &config, &preset, batch, seq, loss_chunk)?;
+    args.execution.check_precision(&selection)?;
     let files = prepare_out(&args.out, args.mode, args.resume, args.overwrite)?;
 
     let corpus = match &args.data {
@@ -255,6 +256,7 @@ impl BackendJob for Plan {
             peak_lr: self.lr,
             steps: self.steps,
             execution: args.execution.config(),
+            precision: args.execution.precision(),
         };
         let mut trainer = start_trainer(model, optimizer, &start, files, device.clone())?;
 
@@ -268,7 +270,7 @@ impl BackendJob for Plan {
             return Err(bad_input(format!("the run in {} already took {first} of --steps {}", files.out.display(), self.steps)));
         }
         eprintln!(
-            "training {} on {} for steps {}..{} ({} mode), peak lr {}{}{}",
+            "training {} on {} for steps {}..{} ({} mode), peak lr {}{}{}{}",
             self.preset,
             B::name(&device),
             first + 1,
@@ -280,6 +282,7 @@ impl BackendJob for Plan {
                 k => format!(", {k} micro-batches of {} per step (effective batch {})", self.batch, self.batch * k as usize),
             },
             args.execution.describe_checkpointing(),
+            args.execution.describe_precision(),
         );
         let settings = LoopSettings {
             steps: self.steps,

@@ -159,6 +159,36 @@ fn bad_flags_are_rejected_before_any_work() {
 }
 
 #[test]
+fn a_precision_the_backend_lacks_is_refused_by_name() {
+    let out = scratch("precision-refused");
+    // An earlier run that `--overwrite` would replace: a refused run must leave it alone.
+    fs::create_dir_all(&out).unwrap();
+    fs::write(out.join("metrics-hybrid.jsonl"), "earlier\n").unwrap();
+    let output = example()
+        .args(["--backend", "cpu", "--preset", "gpt2-tiny", "--steps", "2", "--precision", "bf16", "--overwrite"])
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert_fails(&output, 2, "--precision: the backend cannot train in bf16");
+    assert_eq!(fs::read_to_string(out.join("metrics-hybrid.jsonl")).unwrap(), "earlier\n", "nothing overwritten");
+}
+
+#[test]
+fn f16_runs_end_to_end_with_loss_scaling() {
+    let out = scratch("f16");
+    let run = tiny_run(&out, &["--mode", "full", "--steps", "3", "--precision", "f16"]);
+    assert!(run.status.success(), "{}", text(&run));
+    assert!(String::from_utf8_lossy(&run.stderr).contains("f16 compute (f32 master weights, loss scaling)"), "{}", text(&run));
+    let metrics = fs::read_to_string(out.join("metrics-full.jsonl")).unwrap();
+    assert_eq!(metrics.lines().count(), 3);
+    for line in metrics.lines() {
+        let record: serde_json::Value = serde_json::from_str(line).unwrap();
+        assert!(record["loss_scale"].as_f64().is_some_and(|scale| scale > 0.0), "every step records its loss scale: {line}");
+    }
+}
+
+#[test]
 fn an_unwritable_out_is_an_error() {
     let dir = scratch("unwritable");
     let file = dir.join("a-file");

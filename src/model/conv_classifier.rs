@@ -12,6 +12,7 @@ use burn::tensor::backend::AutodiffBackend;
 use burn::train::{ClassificationOutput, InferenceStep, TrainOutput, TrainStep};
 
 use super::materialize::materialize;
+use crate::trainer::ForwardLoss;
 
 #[derive(Config, Debug)]
 pub struct ConvClassifierConfig {
@@ -100,7 +101,7 @@ impl<B: Backend> ConvClassifier<B> {
         let output = self.forward(images);
         let loss = CrossEntropyLossConfig::new()
             .init(&output.device())
-            .forward(output.clone(), labels.clone());
+            .forward(super::logits_in_f32(output.clone()), labels.clone());
         ClassificationOutput::new(loss, output, labels)
     }
 
@@ -135,6 +136,15 @@ pub struct Evaluation {
 }
 
 /// Forward + backward on `(images, labels)`, for `HybridTrainer` and Burn's learners.
+/// The mean cross-entropy, for mixed-precision training.
+impl<B: AutodiffBackend> ForwardLoss<B> for ConvClassifier<B> {
+    type Input = (Tensor<B, 4>, Tensor<B, 1, Int>);
+
+    fn forward_loss(&self, (images, labels): Self::Input) -> Tensor<B, 1> {
+        self.classify(images, labels).loss
+    }
+}
+
 impl<B: AutodiffBackend> TrainStep for ConvClassifier<B> {
     type Input = (Tensor<B, 4>, Tensor<B, 1, Int>);
     type Output = ClassificationOutput<B>;

@@ -26,6 +26,8 @@ use burn::tensor::ops::AttentionModuleOptions;
 use burn::train::metric::ItemLazy;
 use burn::train::{InferenceStep, TrainOutput, TrainStep};
 
+use crate::trainer::ForwardLoss;
+
 use super::materialize::materialize;
 use super::lm_head_loss::{chunked_lm_head_loss, fused_lm_head_loss};
 use crate::data::{HostBatch, TokenBatch};
@@ -363,9 +365,10 @@ impl<B: Backend> Gpt2<B> {
 /// Mean cross-entropy of logits `[batch, seq, vocab]` against ids `[batch, seq]`.
 fn cross_entropy<B: Backend>(logits: Tensor<B, 3>, targets: Tensor<B, 2, Int>) -> Tensor<B, 1> {
     let [batch, seq, vocab] = logits.dims();
+    let logits = super::logits_in_f32(logits.reshape([batch * seq, vocab]));
     CrossEntropyLossConfig::new()
         .init(&logits.device())
-        .forward(logits.reshape([batch * seq, vocab]), targets.reshape([batch * seq]))
+        .forward(logits, targets.reshape([batch * seq]))
 }
 
 /// The loss of one language-model step and the tokens it covered.
@@ -402,19 +405,29 @@ fn flatten_tokens<B: Backend>(
 }
 
 /// Forward + backward on a token batch, for `HybridTrainer` and Burn's learners.
+/// The mean next-token loss (the fused chunked LM head with `loss_chunk`), for the
+/// trainer's mixed-precision steps; [`TrainStep`] back-propagates the same loss.
+impl<B: AutodiffBackend> ForwardLoss<B> for Gpt2<B> {
+    type Input = TokenBatch<B>;
+
+    fn forward_loss(&self, batch: TokenBatch<B>) -> Tensor<B, 1> {
+        match self.loss_chunk() {
+            Some(chunk) => {
+                let (hidden, targets) = flatten_tokens(self.hidden(batch.inputs), batch.targets);
+                fused_lm_head_loss(hidden, self.token_embedding.weight.val(), targets, chunk)
+            }
+            None => self.loss(batch.inputs, batch.targets),
+        }
+    }
+}
+
 impl<B: AutodiffBackend> TrainStep for Gpt2<B> {
     type Input = TokenBatch<B>;
     type Output = LanguageModelOutput<B>;
 
     fn step(&self, batch: TokenBatch<B>) -> TrainOutput<LanguageModelOutput<B>> {
         let tokens = batch.tokens();
-        let loss = match self.loss_chunk() {
-            Some(chunk) => {
-                let (hidden, targets) = flatten_tokens(self.hidden(batch.inputs), batch.targets);
-                fused_lm_head_loss(hidden, self.token_embedding.weight.val(), targets, chunk)
-            }
-            None => self.loss(batch.inputs, batch.targets),
-        };
+        let loss = self.forward_loss(batch);
         let grads = loss.backward();
         TrainOutput::new(self, grads, LanguageModelOutput { loss, tokens })
     }

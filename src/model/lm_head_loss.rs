@@ -20,7 +20,9 @@
 use burn::prelude::*;
 use burn::tensor::activation::log_softmax;
 use burn::tensor::backend::AutodiffBackend;
-use burn::tensor::IndexingUpdateOp;
+use burn::tensor::{FloatDType, IndexingUpdateOp};
+
+use super::loss_precision::logits_in_f32;
 
 /// Mean cross-entropy of `hidden · weightᵀ` (`[tokens, d] · [d, vocab]`) against `targets`
 /// (`[tokens]`), with at most `chunk` rows of logits alive at once. Differentiable on any
@@ -41,7 +43,7 @@ pub fn chunked_lm_head_loss<B: Backend>(
     let sum = chunks(tokens, chunk)
         .map(|(start, len)| {
             let logits = hidden.clone().narrow(0, start, len).matmul(weight_t.clone());
-            negative_log_likelihood(logits, targets.clone().narrow(0, start, len)).0
+            negative_log_likelihood(logits_in_f32(logits), targets.clone().narrow(0, start, len)).0
         })
         .reduce(|a, b| a + b)
         .expect("at least one chunk");
@@ -65,6 +67,8 @@ pub fn fused_lm_head_loss<B: AutodiffBackend>(
     let (h, w, targets) = (hidden.clone().inner(), weight.clone().inner(), targets.inner());
     let w_t = w.clone().transpose();
     let scale = 1.0 / tokens as f64;
+    // The loss is computed in f32; the gradients go back in the model's precision.
+    let compute = FloatDType::from(h.dtype());
 
     let mut loss = Tensor::<B::InnerBackend, 1>::zeros([1], &h.device());
     let mut grad_weight = w.zeros_like();
@@ -72,7 +76,7 @@ pub fn fused_lm_head_loss<B: AutodiffBackend>(
     for (start, len) in chunks(tokens, chunk) {
         let h_chunk = h.clone().narrow(0, start, len);
         let t_chunk = targets.clone().narrow(0, start, len).reshape([len, 1]);
-        let logits = h_chunk.clone().matmul(w_t.clone());
+        let logits = logits_in_f32(h_chunk.clone().matmul(w_t.clone()));
         let (nll, log_probs) = negative_log_likelihood(logits, t_chunk.clone().reshape([len]));
         loss = loss + nll;
         // (softmax − onehot) / n, built in place of the chunk's probabilities.
@@ -80,15 +84,17 @@ pub fn fused_lm_head_loss<B: AutodiffBackend>(
         let grad_logits = log_probs
             .exp()
             .scatter(1, t_chunk, minus_one, IndexingUpdateOp::Add)
-            .mul_scalar(scale);
+            .mul_scalar(scale)
+            .cast(compute);
         grad_hidden.push(grad_logits.clone().matmul(w.clone()));
         grad_weight = grad_weight + grad_logits.transpose().matmul(h_chunk);
     }
     let loss = loss.mul_scalar(scale);
     let grad_hidden = Tensor::cat(grad_hidden, 0);
 
-    let surrogate = (hidden * Tensor::from_inner(grad_hidden)).sum()
-        + (weight * Tensor::from_inner(grad_weight)).sum();
+    // In f32 like the loss; in a half-precision model each sum is cast once.
+    let surrogate = logits_in_f32((hidden * Tensor::from_inner(grad_hidden)).sum())
+        + logits_in_f32((weight * Tensor::from_inner(grad_weight)).sum());
     let offset = loss - surrogate.clone().inner();
     surrogate + Tensor::from_inner(offset)
 }

@@ -9,6 +9,7 @@ use burn::nn::{Linear, LinearConfig, PaddingConfig2d, Relu};
 use burn::prelude::*;
 use burn::tensor::backend::AutodiffBackend;
 use super::materialize::materialize;
+use crate::trainer::ForwardLoss;
 use burn::train::{ClassificationOutput, InferenceStep, TrainOutput, TrainStep};
 
 #[derive(Config, Debug)]
@@ -61,18 +62,27 @@ impl<B: Backend> SmallCnn<B> {
         let output = self.forward(images);
         let loss = CrossEntropyLossConfig::new()
             .init(&output.device())
-            .forward(output.clone(), labels.clone());
+            .forward(super::logits_in_f32(output.clone()), labels.clone());
         ClassificationOutput::new(loss, output, labels)
     }
 
     /// Mean cross-entropy of the logits against integer class `labels`.
     pub fn loss(&self, images: Tensor<B, 4>, labels: Tensor<B, 1, Int>) -> Tensor<B, 1> {
-        let logits = self.forward(images);
+        let logits = super::logits_in_f32(self.forward(images));
         CrossEntropyLossConfig::new().init(&logits.device()).forward(logits, labels)
     }
 }
 
 /// Forward + backward on `(images, labels)`, for `HybridTrainer` and Burn's learners.
+/// The mean cross-entropy, for mixed-precision training.
+impl<B: AutodiffBackend> ForwardLoss<B> for SmallCnn<B> {
+    type Input = (Tensor<B, 4>, Tensor<B, 1, Int>);
+
+    fn forward_loss(&self, (images, labels): Self::Input) -> Tensor<B, 1> {
+        self.loss(images, labels)
+    }
+}
+
 impl<B: AutodiffBackend> TrainStep for SmallCnn<B> {
     type Input = (Tensor<B, 4>, Tensor<B, 1, Int>);
     type Output = ClassificationOutput<B>;

@@ -75,6 +75,10 @@ pub struct TrainerState {
     pub seed: u64,
     /// Totals so far.
     pub statistics: TrainerStatistics,
+    /// The loss scaler's state, when the run scales its loss (restored by
+    /// `with_precision` after resuming, so the scale does not start over).
+    #[serde(default)]
+    pub loss_scaler: Option<super::LossScaler>,
 }
 
 /// The encoded parts of one checkpoint.
@@ -317,6 +321,7 @@ mod tests {
                 seed: config.seed,
                 config,
                 statistics: TrainerStatistics::default(),
+                loss_scaler: None,
             },
         }
     }

@@ -211,6 +211,14 @@ pub enum ConfigError {
     /// A trim policy of every 0 steps.
     #[error("a trim every N steps needs N >= 1")]
     TrimEvery,
+    /// A loss-scaling setting is out of range.
+    #[error("loss scaling: {field} is out of range, got {value}")]
+    LossScale {
+        /// The field's name.
+        field: &'static str,
+        /// Its value.
+        value: f64,
+    },
 }
 
 fn in_unit_open(value: f64) -> bool {

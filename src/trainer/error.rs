@@ -49,6 +49,13 @@ pub enum TrainerError {
         /// Micro-batches given.
         got: usize,
     },
+    /// The backend cannot compute in the precision asked for (say bf16 on wgpu, or
+    /// anything but f32 on ndarray).
+    #[error("the backend cannot train in {precision} on this device; use a precision it supports (f32 always works)")]
+    UnsupportedPrecision {
+        /// The precision asked for.
+        precision: super::Precision,
+    },
     /// The model is gone: an earlier step panicked while it was out of the trainer.
     #[error("the model was lost when an earlier step panicked; rebuild the trainer")]
     ModelLost,

@@ -4,10 +4,10 @@ use std::marker::PhantomData;
 use std::path::Path;
 use std::time::Instant;
 
-use burn::module::AutodiffModule;
-use burn::optim::Optimizer;
+use burn::module::{AutodiffModule, Module};
+use burn::optim::{GradientsParams, Optimizer};
 use burn::tensor::backend::{AutodiffBackend, Backend};
-use burn::tensor::ElementConversion;
+use burn::tensor::{DType, ElementConversion, FloatDType, Tensor};
 use burn::train::{InferenceStep, TrainOutput, TrainStep};
 
 use super::accumulation::MicroBatchGradients;
@@ -19,13 +19,15 @@ use super::execution::ExecutionConfig;
 use super::guard::{GuardVerdict, LossGuard, RollbackReason};
 use super::loss_window::LossWindow;
 use super::lr::LrSchedule;
+use super::mixed::{self, CastParams};
 use super::params::{self, Alignment, ParamUpdates};
 use super::phase::{Phase, PhaseSchedule};
+use super::precision::{LossScaler, PrecisionConfig, ScaledStep};
 use super::predictor::UpdatePredictor;
 use super::record::{JsonlWriter, StepRecord};
 use super::snapshot::Snapshot;
 use super::statistics::TrainerStatistics;
-use super::step::{HybridBatch, StepLoss};
+use super::step::{ForwardLoss, HybridBatch, StepLoss};
 use crate::memory::MemoryProbe;
 
 /// The weights and learning-rate position at the start of the current predict block.
@@ -42,6 +44,10 @@ struct StepOutcome {
     optimizer_step: usize,
     rolled_back: bool,
     alignment: Option<Alignment>,
+    /// The loss scale the backward pass used.
+    loss_scale: Option<f64>,
+    /// Whether the gradients overflowed and the update was skipped.
+    overflow: bool,
 }
 
 /// Alternates full training steps with predicted ones; see the [module docs](super).
@@ -72,6 +78,10 @@ where
     pub(super) statistics: TrainerStatistics,
     pub(super) keep_checkpoints: usize,
     pub(super) execution: ExecutionConfig,
+    pub(super) precision: PrecisionConfig,
+    pub(super) scaler: Option<LossScaler>,
+    /// The model's [`ForwardLoss`], set when steps take the mixed-precision path.
+    pub(super) forward_loss: Option<fn(&M, T) -> Tensor<B, 1>>,
     /// Full-step losses not yet read back.
     pub(super) losses: LossWindow<B::InnerBackend>,
     pub(super) batch: PhantomData<fn(T)>,
@@ -116,6 +126,9 @@ where
             statistics: TrainerStatistics::default(),
             keep_checkpoints: DEFAULT_KEEP,
             execution: ExecutionConfig::default(),
+            precision: PrecisionConfig::default(),
+            scaler: None,
+            forward_loss: None,
             losses: LossWindow::default(),
             batch: PhantomData,
             config,
@@ -133,6 +146,42 @@ where
     /// How steps are executed.
     pub fn execution(&self) -> &ExecutionConfig {
         &self.execution
+    }
+
+    /// Sets the precision full and predicted steps compute in, and loss scaling; see
+    /// [`Precision`](super::Precision). The model the optimizer updates stays in its own
+    /// (f32) precision. Fails if `precision` breaks a rule, or with
+    /// [`TrainerError::UnsupportedPrecision`] if the backend cannot compute in it on this
+    /// device. After [`resume`](Self::resume) the checkpoint's loss scale is kept.
+    pub fn with_precision(mut self, precision: PrecisionConfig) -> Result<Self, TrainerError>
+    where
+        M: ForwardLoss<B, Input = T>,
+    {
+        precision.validate()?;
+        let dtype = DType::from(precision.precision.dtype());
+        if !<B as Backend>::supports_dtype(&self.device, dtype) {
+            return Err(TrainerError::UnsupportedPrecision { precision: precision.precision });
+        }
+        self.scaler = match (precision.loss_scale, self.scaler.take()) {
+            (Some(config), Some(resumed)) => Some(resumed.with_config(config)),
+            (Some(config), None) => Some(LossScaler::new(config)),
+            (None, _) => None,
+        };
+        self.forward_loss = precision
+            .is_mixed()
+            .then_some(<M as ForwardLoss<B>>::forward_loss as fn(&M, T) -> Tensor<B, 1>);
+        self.precision = precision;
+        Ok(self)
+    }
+
+    /// The precision steps compute in.
+    pub fn precision(&self) -> &PrecisionConfig {
+        &self.precision
+    }
+
+    /// The loss scaler, with loss scaling on.
+    pub fn loss_scaler(&self) -> Option<&LossScaler> {
+        self.scaler.as_ref()
     }
 
     /// Writes every step's record to a new JSON-lines file at `path` (truncating it).
@@ -348,6 +397,8 @@ where
             horizon: self.schedule.horizon(),
             cosine: outcome.alignment.map(|a| a.cosine),
             norm_ratio: outcome.alignment.map(|a| a.norm_ratio),
+            loss_scale: outcome.loss_scale,
+            overflow: outcome.overflow,
         };
         self.step += 1;
         self.statistics.observe(&record);
@@ -425,13 +476,41 @@ where
     fn full_step(&mut self, phase: Phase, micro_batches: impl ExactSizeIterator<Item = T>) -> Result<StepOutcome, TrainerError> {
         let model = self.model.take().ok_or(TrainerError::ModelLost)?;
         let count = micro_batches.len();
+        // A resumed scaler without `with_precision` scales nothing: the step takes the plain path.
+        let scaling = self.forward_loss.is_some();
+        let loss_scale = self.scaler.as_ref().filter(|_| scaling).map(LossScaler::scale);
+        let dtype = self.precision.precision.dtype();
+        // Mixed precision: one compute copy of the weights serves every micro-batch.
+        let compute = self
+            .forward_loss
+            .map(|forward| (forward, mixed::compute_copy::<B, M>(&model, dtype)));
         let mut accumulated = MicroBatchGradients::<M>::default();
         let mut single = None;
         let mut loss_sum = None;
+        let mut overflow_check: Option<Tensor<B::InnerBackend, 1>> = None;
         for batch in micro_batches {
-            let TrainOutput { grads, item } = <M as TrainStep>::step(&model, batch);
-            let loss = StepLoss::<B>::loss(&item).inner();
-            drop(item);
+            let (grads, loss) = match &compute {
+                Some((forward, copy)) => {
+                    let loss = forward(copy, batch.cast_floats(dtype)).cast(FloatDType::F32);
+                    let scale = loss_scale.unwrap_or(1.0);
+                    let scaled = if scale == 1.0 { loss.clone() } else { loss.clone().mul_scalar(scale) };
+                    let grads = GradientsParams::from_grads(scaled.backward(), copy);
+                    let master = mixed::master_gradients::<B, M>(&model, grads, scale);
+                    if let Some(check) = master.overflow_check {
+                        overflow_check = Some(match overflow_check.take() {
+                            Some(sum) => sum + check,
+                            None => check,
+                        });
+                    }
+                    (master.grads, loss.inner())
+                }
+                None => {
+                    let TrainOutput { grads, item } = <M as TrainStep>::step(&model, batch);
+                    let loss = StepLoss::<B>::loss(&item).inner();
+                    drop(item);
+                    (grads, loss)
+                }
+            };
             loss_sum = Some(match loss_sum {
                 Some(sum) => sum + loss,
                 None => loss,
@@ -443,12 +522,44 @@ where
                 accumulated.add::<B>(&model, grads);
             }
         }
+        // Batch norm's running statistics moved in the copy: they belong to the master.
+        let model = match compute {
+            Some((_, copy)) => mixed::copy_state_back::<B, M>(model, &copy),
+            None => model,
+        };
         let grads = match single {
             Some(grads) => grads,
             None => accumulated.mean::<B>(&model),
         };
-        if let Some(sum) = loss_sum {
-            self.losses.push(sum.div_scalar(count as f64));
+        let mean_loss = loss_sum.map(|sum| sum.div_scalar(count as f64));
+
+        if let Some(scaler) = self.scaler.as_mut().filter(|_| scaling) {
+            // One scalar read per full step: the price of knowing whether to apply it.
+            let finite = overflow_check.is_none_or(|check| check.into_scalar().elem::<f64>().is_finite());
+            if scaler.update(finite) == ScaledStep::Skip {
+                drop(grads);
+                self.model = Some(model);
+                let loss = mean_loss.map(|mean| mean.into_scalar().elem::<f64>());
+                tracing::warn!(
+                    step = self.step,
+                    loss,
+                    loss_scale,
+                    next_scale = scaler.scale(),
+                    "gradients overflowed: update skipped, loss scale lowered"
+                );
+                return Ok(StepOutcome {
+                    loss,
+                    lr: self.lr.at(self.optimizer_step),
+                    optimizer_step: self.optimizer_step,
+                    rolled_back: false,
+                    alignment: None,
+                    loss_scale,
+                    overflow: true,
+                });
+            }
+        }
+        if let Some(mean) = mean_loss {
+            self.losses.push(mean);
         }
         let loss = if self.loss_due() { self.read_losses() } else { None };
         if let Some(loss) = loss.filter(|loss| !loss.is_finite()) {
@@ -486,6 +597,8 @@ where
             optimizer_step,
             rolled_back: false,
             alignment,
+            loss_scale,
+            overflow: false,
         })
     }
 
@@ -550,14 +663,17 @@ where
         let prediction = self.predictor.predict(lr);
         let model = params::apply_update::<B, M>(model, &prediction, self.scale);
         drop(prediction);
-        let inner = model.valid();
+        let mixed = self.forward_loss.is_some();
+        let dtype = self.precision.precision.dtype();
+        let inner = if mixed { model.valid().map(&mut CastParams(dtype)) } else { model.valid() };
         self.model = Some(model);
 
         let count = micro_batches.len();
         let mut loss_sum = None;
         for batch in micro_batches {
+            let batch = if mixed { batch.cast_floats(dtype) } else { batch };
             let output = <M::InnerModule as InferenceStep>::step(&inner, batch.into_inner());
-            let loss = StepLoss::<B::InnerBackend>::loss(&output);
+            let loss = StepLoss::<B::InnerBackend>::loss(&output).cast(FloatDType::F32);
             drop(output);
             loss_sum = Some(match loss_sum {
                 Some(sum) => sum + loss,
@@ -581,6 +697,8 @@ where
             optimizer_step,
             rolled_back,
             alignment: None,
+            loss_scale: None,
+            overflow: false,
         })
     }
 

@@ -55,9 +55,11 @@ mod guard;
 mod hybrid;
 mod loss_window;
 mod lr;
+mod mixed;
 mod params;
 mod persist;
 mod phase;
+mod precision;
 mod predictor;
 mod record;
 mod snapshot;
@@ -68,6 +70,8 @@ mod step;
 mod tests;
 #[cfg(test)]
 mod execution_tests;
+#[cfg(test)]
+mod precision_tests;
 
 pub use accumulation::MicroBatchGradients;
 pub use calibration::{after_rollback, blended_confidence, calibrated_scale};
@@ -82,12 +86,14 @@ pub use guard::{GuardVerdict, LossGuard, RollbackReason};
 pub use hybrid::HybridTrainer;
 pub use loss_window::LossWindow;
 pub use lr::LrSchedule;
+pub use mixed::{compute_copy, master_gradients, CastParams, MasterGradients};
 pub use params::{
     alignment, apply_update, collect, differences, Alignment, FlatParam, ParamTensors, ParamUpdates,
 };
 pub use phase::{Phase, PhaseSchedule};
+pub use precision::{LossScaleConfig, LossScaler, Precision, PrecisionConfig, ScaledStep};
 pub use predictor::{PredictorEntry, PredictorState, UpdatePredictor};
 pub use record::{JsonlWriter, StepRecord};
 pub use snapshot::Snapshot;
 pub use statistics::TrainerStatistics;
-pub use step::{HybridBatch, StepLoss};
+pub use step::{ForwardLoss, HybridBatch, StepLoss};

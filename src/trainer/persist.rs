@@ -56,6 +56,7 @@ where
             lr: self.lr.clone(),
             seed: self.config.seed,
             statistics: self.statistics(),
+            loss_scaler: self.scaler.clone(),
         }
     }
 
@@ -184,6 +185,10 @@ where
             // Execution settings are the caller's, not the checkpoint's: set them with
             // `with_execution` after resuming.
             execution: Default::default(),
+            // Likewise the precision (`with_precision`), which keeps this scaler's scale.
+            precision: Default::default(),
+            scaler: state.loss_scaler,
+            forward_loss: None,
             losses: Default::default(),
             batch: PhantomData,
             config: state.config,

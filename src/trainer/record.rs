@@ -52,6 +52,14 @@ pub struct StepRecord {
     pub cosine: Option<f64>,
     /// `‖real update‖ / ‖applied prediction‖`, on steps that measured it.
     pub norm_ratio: Option<f64>,
+    /// The loss scale this step's backward pass used, with loss scaling on
+    /// ([`PrecisionConfig::loss_scale`](super::PrecisionConfig::loss_scale)).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub loss_scale: Option<f64>,
+    /// Whether the step's gradients overflowed, so that its update was skipped and the
+    /// loss scale lowered (the optimizer and the learning-rate schedule did not move).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub overflow: bool,
 }
 
 /// Serde for a present `f64` that may be NaN or infinite: JSON has no such numbers, so
@@ -158,6 +166,8 @@ mod tests {
             horizon: 3,
             cosine: None,
             norm_ratio: Some(1.25),
+            loss_scale: None,
+            overflow: false,
         }
     }
 

@@ -53,6 +53,9 @@ pub struct TrainerStatistics {
     /// Reserved bytes those trims handed back to the device.
     #[serde(default)]
     pub trimmed_bytes: u64,
+    /// Full steps skipped because their gradients overflowed (loss scaling).
+    #[serde(default)]
+    pub overflow_steps: usize,
 }
 
 impl TrainerStatistics {
@@ -67,6 +70,9 @@ impl TrainerStatistics {
         }
         if record.rolled_back {
             self.rollbacks += 1;
+        }
+        if record.overflow {
+            self.overflow_steps += 1;
         }
         if record.phase.is_full() {
             self.full_seconds += record.seconds;
@@ -134,6 +140,8 @@ mod tests {
             horizon: 3,
             cosine: None,
             norm_ratio: None,
+            loss_scale: None,
+            overflow: false,
         }
     }
 

@@ -7,7 +7,7 @@
 //! loss.
 
 use burn::tensor::backend::{AutodiffBackend, Backend};
-use burn::tensor::{Int, Tensor};
+use burn::tensor::{FloatDType, Int, Tensor};
 use burn::train::{
     ClassificationOutput, MultiLabelClassificationOutput, RegressionOutput, SequenceOutput,
 };
@@ -26,6 +26,29 @@ pub trait HybridBatch<B: AutodiffBackend>: Send + 'static {
 
     /// Number of items (examples, or tokens) in the batch, for throughput.
     fn items(&self) -> usize;
+
+    /// The batch with its float tensors cast to `dtype`: mixed-precision steps feed the
+    /// model its inputs in the compute precision. Integer data (token ids, labels) is
+    /// left alone, which is what the default does.
+    fn cast_floats(self, dtype: FloatDType) -> Self
+    where
+        Self: Sized,
+    {
+        let _ = dtype;
+        self
+    }
+}
+
+/// A model whose forward pass yields its scalar loss, for the trainer to run the backward
+/// pass itself. Mixed precision needs this (the loss is cast to f32 and multiplied by the
+/// loss scale before the backward pass, which [`TrainStep`](burn::train::TrainStep) does
+/// not let a caller do); a model's `TrainStep` is naturally written in terms of it.
+pub trait ForwardLoss<B: AutodiffBackend> {
+    /// The batch.
+    type Input;
+
+    /// The mean loss over `input`, shape `[1]`, with its autodiff graph.
+    fn forward_loss(&self, input: Self::Input) -> Tensor<B, 1>;
 }
 
 /// An output that carries a scalar loss tensor (shape `[1]`).
@@ -75,6 +98,10 @@ impl<B: AutodiffBackend, const D: usize> HybridBatch<B> for Tensor<B, D> {
     fn items(&self) -> usize {
         self.dims().first().copied().unwrap_or(0)
     }
+
+    fn cast_floats(self, dtype: FloatDType) -> Self {
+        self.cast(dtype)
+    }
 }
 
 /// An integer tensor (token ids, labels) is a batch of `dims[0]` items.
@@ -105,5 +132,9 @@ where
 
     fn items(&self) -> usize {
         self.0.items()
+    }
+
+    fn cast_floats(self, dtype: FloatDType) -> Self {
+        (self.0.cast_floats(dtype), self.1.cast_floats(dtype))
     }
 }

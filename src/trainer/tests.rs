@@ -52,6 +52,14 @@ impl<B: AutodiffBackend> TrainStep for Regressor<B> {
     }
 }
 
+impl<B: AutodiffBackend> ForwardLoss<B> for Regressor<B> {
+    type Input = (Tensor<B, 2>, Tensor<B, 2>);
+
+    fn forward_loss(&self, batch: Self::Input) -> Tensor<B, 1> {
+        self.forward(batch).loss
+    }
+}
+
 impl<B: Backend> InferenceStep for Regressor<B> {
     type Input = (Tensor<B, 2>, Tensor<B, 2>);
     type Output = RegressionOutput<B>;

@@ -16,6 +16,8 @@
 //! - `checkpointing`: activation checkpointing keeps the update and holds less.
 //! - `execution`: gradient accumulation keeps one micro-batch's peak; the trainer's trim
 //!   policy hands the pool's spare pages back.
+//! - `precision`: f16 training with loss scaling survives an overflow and learns; the f32
+//!   master keeps small updates; an f16 step holds less than an f32 one.
 //! - `rollback`: rollbacks and checkpoint save/resume cycles leave nothing behind.
 
 #[path = "../common/mod.rs"]
@@ -27,6 +29,7 @@ mod execution;
 mod forward;
 mod hybrid;
 mod pool;
+mod precision;
 mod predict;
 mod residency;
 mod rollback;

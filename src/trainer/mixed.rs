@@ -1,0 +1,225 @@
+//! The plumbing of a mixed-precision step: the compute copy of the weights, and the
+//! gradients brought back to the master weights (see [`Precision`](super::Precision)).
+//!
+//! Casts happen at the model boundary only: once per parameter into the compute copy,
+//! once per gradient back. Between them every op runs in the compute precision.
+
+use std::collections::{HashMap, HashSet};
+
+use burn::module::{AutodiffModule, Module, ModuleMapper, ModuleVisitor, Param, ParamId};
+use burn::optim::GradientsParams;
+use burn::tensor::backend::{AutodiffBackend, Backend};
+use burn::tensor::{FloatDType, Tensor, TensorPrimitive};
+
+/// Casts every float parameter to `dtype`, keeping its id (a no-op where it already is).
+pub struct CastParams(pub FloatDType);
+
+impl<B: Backend> ModuleMapper<B> for CastParams {
+    fn map_float<const D: usize>(&mut self, param: Param<Tensor<B, D>>) -> Param<Tensor<B, D>> {
+        let dtype = self.0;
+        param.map(|tensor| tensor.cast(dtype))
+    }
+}
+
+/// A copy of `master` in `dtype` whose parameters are graph leaves (the ones trainable in
+/// `master`), so that a backward pass through it yields their gradients under the master
+/// parameters' ids. The copy shares no graph with `master`.
+pub fn compute_copy<B, M>(master: &M, dtype: FloatDType) -> M
+where
+    B: AutodiffBackend,
+    M: AutodiffModule<B>,
+{
+    let mut trainable = TrainableIds(HashSet::new());
+    master.visit(&mut trainable);
+    let inner = master.valid().map(&mut CastParams(dtype));
+    M::from_inner(inner).map(&mut MarkTrainable(trainable.0))
+}
+
+/// Collects the ids of the parameters that require gradients.
+struct TrainableIds(HashSet<ParamId>);
+
+impl<B: AutodiffBackend> ModuleVisitor<B> for TrainableIds {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+        if param.is_require_grad() {
+            self.0.insert(param.id);
+        }
+    }
+}
+
+/// Makes the listed parameters graph leaves that require gradients (`from_inner` leaves
+/// every parameter untracked).
+struct MarkTrainable(HashSet<ParamId>);
+
+impl<B: AutodiffBackend> ModuleMapper<B> for MarkTrainable {
+    fn map_float<const D: usize>(&mut self, param: Param<Tensor<B, D>>) -> Param<Tensor<B, D>> {
+        if !self.0.contains(&param.id) {
+            return param;
+        }
+        let (id, tensor, mapper) = param.consume();
+        Param::from_mapped_value(id, tensor.require_grad(), mapper)
+    }
+}
+
+/// Writes the compute copy's untrained float state back into `master`, in the master's
+/// float type: batch norm's running statistics, which a training forward pass updates in
+/// the copy. (Frozen parameters are written back too, so they end up rounded to the
+/// compute precision once; the round trip is exact after that.)
+pub fn copy_state_back<B, M>(master: M, compute: &M) -> M
+where
+    B: AutodiffBackend,
+    M: AutodiffModule<B>,
+{
+    let mut trainable = TrainableIds(HashSet::new());
+    master.visit(&mut trainable);
+    // `valid()` folds the running states' pending updates in; `visit` alone would not.
+    let mut state = UntrainedState::<B::InnerBackend> { trained: trainable.0, values: HashMap::new() };
+    compute.valid().visit(&mut state);
+    if state.values.is_empty() {
+        return master;
+    }
+    master.map(&mut state)
+}
+
+/// The values of the parameters and running states that are not trained.
+struct UntrainedState<I: Backend> {
+    trained: HashSet<ParamId>,
+    values: HashMap<ParamId, TensorPrimitive<I>>,
+}
+
+impl<I: Backend> ModuleVisitor<I> for UntrainedState<I> {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<I, D>>) {
+        if !self.trained.contains(&param.id) {
+            self.values.insert(param.id, param.val().into_primitive());
+        }
+    }
+}
+
+impl<B: AutodiffBackend> ModuleMapper<B> for UntrainedState<B::InnerBackend> {
+    fn map_float<const D: usize>(&mut self, param: Param<Tensor<B, D>>) -> Param<Tensor<B, D>> {
+        let Some(value) = self.values.remove(&param.id) else {
+            return param;
+        };
+        let (id, old, mapper) = param.consume();
+        let value = Tensor::<B::InnerBackend, D>::from_primitive(value);
+        let value = if value.dtype() == old.dtype() { value } else { value.cast(FloatDType::from(old.dtype())) };
+        Param::from_mapped_value(id, Tensor::from_inner(value), mapper)
+    }
+}
+
+/// Gradients of the compute copy, made the master's: each cast to its master parameter's
+/// float type and divided by `loss_scale`.
+pub struct MasterGradients<B: Backend> {
+    /// The gradients, keyed by parameter id, in the master precision.
+    pub grads: GradientsParams,
+    /// The sum of every gradient element: finite exactly when every gradient is (an
+    /// infinity or NaN anywhere makes it non-finite; a finite sum this large would mean
+    /// gradients near f32's limit, as good as an overflow). `None` with no gradients.
+    pub overflow_check: Option<Tensor<B, 1>>,
+}
+
+/// Brings `grads` (of a [`compute_copy`] of `master`) to the master weights; see
+/// [`MasterGradients`].
+pub fn master_gradients<B, M>(master: &M, grads: GradientsParams, loss_scale: f64) -> MasterGradients<B::InnerBackend>
+where
+    B: AutodiffBackend,
+    M: AutodiffModule<B>,
+{
+    let mut visitor = ToMaster::<B::InnerBackend> { grads, unscale: 1.0 / loss_scale, check: None };
+    master.visit(&mut visitor);
+    MasterGradients { grads: visitor.grads, overflow_check: visitor.check }
+}
+
+struct ToMaster<I: Backend> {
+    grads: GradientsParams,
+    unscale: f64,
+    check: Option<Tensor<I, 1>>,
+}
+
+impl<B: AutodiffBackend> ModuleVisitor<B> for ToMaster<B::InnerBackend> {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+        let Some(grad) = self.grads.remove::<B::InnerBackend, D>(param.id) else {
+            return;
+        };
+        let master_dtype = param.val().dtype();
+        let mut grad = if grad.dtype() == master_dtype { grad } else { grad.cast(FloatDType::from(master_dtype)) };
+        if self.unscale != 1.0 {
+            grad = grad.mul_scalar(self.unscale);
+        }
+        let sum = grad.clone().sum();
+        self.check = Some(match self.check.take() {
+            Some(check) => check + sum,
+            None => sum,
+        });
+        self.grads.register::<B::InnerBackend, D>(param.id, grad);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use burn::backend::{Autodiff, NdArray};
+    use burn::nn::{Linear, LinearConfig};
+    use burn::tensor::{DType, Distribution};
+
+    type B = Autodiff<NdArray>;
+
+    #[test]
+    fn the_compute_copy_trains_under_the_master_ids_and_gradients_come_back_unscaled() {
+        let device = Default::default();
+        let master: Linear<B> = crate::model::materialize(LinearConfig::new(3, 2).init(&device));
+        let x = Tensor::<B, 2>::random([4, 3], Distribution::Normal(0.0, 1.0), &device);
+
+        let plain = GradientsParams::from_grads(master.forward(x.clone()).sum().backward(), &master);
+        let compute = compute_copy::<B, _>(&master, FloatDType::F32);
+        let scaled = compute.forward(x).sum().mul_scalar(1024.0).backward();
+        let back = master_gradients::<B, _>(&master, GradientsParams::from_grads(scaled, &compute), 1024.0);
+
+        let id = master.weight.id;
+        let expected = plain.get::<NdArray, 2>(id).expect("a weight gradient").into_data();
+        let got = back.grads.get::<NdArray, 2>(id).expect("the gradient under the master's id");
+        assert_eq!(got.dtype(), DType::F32);
+        got.into_data().assert_approx_eq::<f32>(&expected, burn::tensor::Tolerance::default());
+        let check = back.overflow_check.expect("a check").into_scalar();
+        assert!(check.is_finite());
+    }
+
+    #[test]
+    fn an_infinite_gradient_makes_the_check_non_finite() {
+        let device = Default::default();
+        let master: Linear<B> = crate::model::materialize(LinearConfig::new(2, 1).init(&device));
+        let x = Tensor::<B, 2>::from_floats([[1e30, -1e30]], &device);
+        let compute = compute_copy::<B, _>(&master, FloatDType::F32);
+        // (1e30·w)² overflows f32 in the forward pass already.
+        let loss = compute.forward(x).powf_scalar(2.0).sum().mul_scalar(1e10);
+        let back = master_gradients::<B, _>(&master, GradientsParams::from_grads(loss.backward(), &compute), 1e10);
+        assert!(!back.overflow_check.expect("a check").into_scalar().is_finite());
+    }
+
+    #[test]
+    fn batch_norm_statistics_updated_in_the_copy_reach_the_master() {
+        use burn::nn::{BatchNorm, BatchNormConfig};
+        let device = Default::default();
+        let master: BatchNorm<B> = crate::model::materialize(BatchNormConfig::new(2).init(&device));
+        let compute = compute_copy::<B, _>(&master, FloatDType::F32);
+        let x = Tensor::<B, 3>::random([4, 2, 5], Distribution::Normal(3.0, 1.0), &device);
+        let _ = compute.forward(x);
+        let moved = compute.running_mean.value_sync().into_data();
+        assert_ne!(master.running_mean.value_sync().into_data(), moved, "the copy's statistics moved");
+        let master = copy_state_back::<B, _>(master, &compute);
+        assert_eq!(master.running_mean.value_sync().into_data(), moved);
+        assert!(master.gamma.is_require_grad(), "trained parameters are left alone");
+    }
+
+    #[test]
+    fn frozen_master_parameters_stay_frozen_in_the_copy() {
+        let device = Default::default();
+        let mut master: Linear<B> = crate::model::materialize(LinearConfig::new(2, 2).init(&device));
+        master.bias = master.bias.map(|bias| bias.map(|b| b.set_require_grad(false)));
+        let compute = compute_copy::<B, _>(&master, FloatDType::F32);
+        let x = Tensor::<B, 2>::ones([1, 2], &device);
+        let grads = GradientsParams::from_grads(compute.forward(x).sum().backward(), &compute);
+        assert!(grads.get::<NdArray, 2>(master.weight.id).is_some());
+        let bias = master.bias.as_ref().expect("a bias");
+        assert!(grads.get::<NdArray, 1>(bias.id).is_none());
+    }
+}
