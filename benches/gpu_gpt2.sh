@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# GPT-2 measurements on a CUDA machine: leanburn's example in its modes and settings, and
+# the plain PyTorch loop of benches/pytorch_gpt2.py on the same shapes, one after another
+# on the same GPU. The figures in docs/benchmarks.md ("GPU") come from this script.
+#
+# Built elsewhere and staged in .gpu/, each file optionally gzipped (unpacked here first;
+# see docs/benchmarks.md for the exact commands):
+#   .gpu/gpt2_small_hybrid     the example, `cargo build --release --features cuda`
+#   .gpu/corpus.txt            the text both sides train on
+#   .gpu/r50k_base.tiktoken    GPT-2's BPE for the PyTorch side (tiktoken cannot download)
+#
+#   bash benches/gpu_gpt2.sh CASE [CASE ...]     # results under $OUT (default ./gpu-out)
+#
+# A case is NAME:SECONDS:ARGS, ARGS separated by commas, e.g.
+#   full:300:--mode,full,--steps,300      leanburn example (gpt2-small on CUDA)
+#   torch-f32:120:--steps,100             benches/pytorch_gpt2.py (name starts with torch)
+# Each case runs under `timeout SECONDS`, with nvidia-smi sampling the GPU's used memory
+# every 200 ms (the driver's view: both programs' CUDA context, pool and cache included).
+# Per case: NAME.log (all output) and a line in summary.tsv; the example's metrics and
+# validation files are collected into results.tar.gz.
+#
+# CubeCL compiles every kernel with NVRTC on first use and autotunes matmuls, reductions
+# and fused kernels; on a fresh machine that cold start takes minutes. The script keeps
+# both caches in one folder (a `cubecl.toml` in the working folder points them there),
+# restores it from .gpu/cubecl-cache.tar.gz when that exists and writes it back to
+# $OUT/cubecl-cache.tar.gz, so a second session starts warm. AUTOTUNE (default balanced,
+# Burn's own default) sets CubeCL's autotune level: minimal | balanced | extensive | full.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+OUT=${OUT:-$PWD/gpu-out}
+RUNS=/tmp/leanburn-runs
+WORK=/tmp/leanburn-work
+CACHE=/tmp/cubecl-cache
+mkdir -p "$OUT/logs" "$RUNS" "$WORK" "$CACHE"
+for packed in .gpu/*.gz; do
+  [ -e "$packed" ] && gunzip -f "$packed"
+done
+chmod +x .gpu/gpt2_small_hybrid
+[ -e .gpu/cubecl-cache.tar ] && tar -C "$CACHE" -xf .gpu/cubecl-cache.tar
+cat >"$WORK/cubecl.toml" <<TOML
+[compilation]
+cache = { file = "$CACHE" }
+
+[autotune]
+level = "${AUTOTUNE:-balanced}"
+cache = { file = "$CACHE" }
+TOML
+
+# NVRTC (cubecl-cuda compiles kernels at run time) may live in the toolkit or in pip's
+# nvidia-cuda-nvrtc package; put every directory holding it on the library path.
+nvrtc_dirs=$(find /usr/local/cuda*/lib64 /usr/local/cuda*/targets/*/lib /usr/lib/x86_64-linux-gnu \
+  /opt/torch/.venv/lib/python3*/site-packages/nvidia -name 'libnvrtc.so*' -not -path '*/stubs/*' -printf '%h\n' 2>/dev/null | sort -u | paste -sd:)
+export LD_LIBRARY_PATH="${nvrtc_dirs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+{
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+  echo "nvrtc: ${nvrtc_dirs:-not found}"
+  echo "autotune level: ${AUTOTUNE:-balanced}; cached kernels at start: $(find "$CACHE" -type f | wc -l) files"
+  python3 -c 'import torch; print("torch", torch.__version__)' 2>&1
+} | tee "$OUT/logs/environment.txt"
+
+printf 'case\tseconds\texit\tpeak_gpu_used_mib\tidle_gpu_used_mib\n' >>"$OUT/summary.tsv"
+used_mib() { nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits | head -1; }
+
+for case in "$@"; do
+  name=${case%%:*}
+  rest=${case#*:}
+  limit=${rest%%:*}
+  IFS=',' read -r -a args <<<"${rest#*:}"
+  idle=$(used_mib)
+  samples="$OUT/logs/$name.gpu-mem"
+  nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 200 >"$samples" &
+  sampler=$!
+  started=$SECONDS
+  echo "=== $name: ${args[*]}"
+  if [[ $name == torch* ]]; then
+    PYTHONUNBUFFERED=1 timeout "$limit" python3 benches/pytorch_gpt2.py --data .gpu/corpus.txt \
+      --bpe .gpu/r50k_base.tiktoken --json-out "$OUT/logs/$name.json" "${args[@]}" >"$OUT/logs/$name.log" 2>&1
+  else
+    (cd "$WORK" && timeout "$limit" "$ROOT/.gpu/gpt2_small_hybrid" --backend cuda --data "$ROOT/.gpu/corpus.txt" \
+      --out "$RUNS/$name" --overwrite "${args[@]}") >"$OUT/logs/$name.log" 2>&1
+  fi
+  code=$?
+  seconds=$((SECONDS - started))
+  kill "$sampler" 2>/dev/null
+  wait "$sampler" 2>/dev/null
+  peak=$(sort -n "$samples" | tail -1)
+  printf '%s\t%s\t%s\t%s\t%s\n' "$name" "$seconds" "$code" "${peak:-?}" "$idle" >>"$OUT/summary.tsv"
+  # The log's end: the example's summary, or the PyTorch result line.
+  grep -v '^\s*$' "$OUT/logs/$name.log" | grep -v 'Compiling\|autotune' | tail -12
+  # Metrics and validation curves only; checkpoints stay behind (gpt2-small's are 1.5 GB).
+  if [ -d "$RUNS/$name" ]; then
+    mkdir -p "$OUT/logs/$name"
+    cp "$RUNS/$name"/*.jsonl "$RUNS/$name"/*.csv "$RUNS/$name"/*.svg "$OUT/logs/$name/" 2>/dev/null
+    rm -rf "$RUNS/$name"
+  fi
+done
+
+tar -C "$OUT" -czf "$OUT/results.tar.gz" logs && rm -rf "$OUT/logs"
+echo "cache: $(find "$CACHE" -type f | wc -l) files, $(du -sh "$CACHE" | cut -f1)"
+tar -C "$CACHE" -czf "$OUT/cubecl-cache.tar.gz" .
+echo
+cat "$OUT/summary.tsv"
