@@ -163,7 +163,8 @@ fn pass<B: Backend>(x: &Tensor<B, 4>, weight: &Tensor<B, 4>, grad: &Tensor<B, 4>
     drop((out, x_grad, weight_grad));
 }
 
-fn measure<B: Backend + MemoryProbe>(shape: &Shape, args: &Args, device: &B::Device) -> Measured {
+/// The shape's convolution options and random input, weight and output gradient.
+fn random_inputs<B: Backend>(shape: &Shape, device: &B::Device) -> (ConvOptions<2>, Tensor<B, 4>, Tensor<B, 4>, Tensor<B, 4>) {
     let options = ConvOptions::new([shape.stride; 2], [shape.padding; 2], [1, 1], 1);
     let x = Tensor::<B, 4>::random(
         [shape.batch, shape.in_channels, shape.side, shape.side],
@@ -181,6 +182,11 @@ fn measure<B: Backend + MemoryProbe>(shape: &Shape, args: &Args, device: &B::Dev
         Distribution::Normal(0.0, 1.0),
         device,
     );
+    (options, x, weight, grad)
+}
+
+fn measure<B: Backend + MemoryProbe>(shape: &Shape, args: &Args, device: &B::Device) -> Measured {
+    let (options, x, weight, grad) = random_inputs::<B>(shape, device);
     B::sync(device).expect("device sync");
     for _ in 0..args.warmup {
         pass(&x, &weight, &grad, &options);
@@ -222,23 +228,7 @@ fn relative_error(got: &[f32], want: &[f32]) -> f32 {
 /// `Lean<B>`'s forward, input gradient and weight gradient against `B`'s on the same
 /// random inputs: the largest relative error of the three.
 fn lean_error<B: ChunkedConv>(shape: &Shape, device: &B::Device) -> f32 {
-    let options = ConvOptions::new([shape.stride; 2], [shape.padding; 2], [1, 1], 1);
-    let x = Tensor::<B, 4>::random(
-        [shape.batch, shape.in_channels, shape.side, shape.side],
-        Distribution::Normal(0.0, 1.0),
-        device,
-    );
-    let weight = Tensor::<B, 4>::random(
-        [shape.out_channels, shape.in_channels, shape.kernel, shape.kernel],
-        Distribution::Normal(0.0, 0.05),
-        device,
-    );
-    let out_side = (shape.side + 2 * shape.padding - shape.kernel) / shape.stride + 1;
-    let grad = Tensor::<B, 4>::random(
-        [shape.batch, shape.out_channels, out_side, out_side],
-        Distribution::Normal(0.0, 1.0),
-        device,
-    );
+    let (options, x, weight, grad) = random_inputs::<B>(shape, device);
     let (x, weight, grad) = (float(x), float(weight), float(grad));
     let pairs = [
         (
