@@ -15,7 +15,9 @@
 //! - **Time to target**: training seconds (evaluation excluded) until the validation loss,
 //!   measured every `--eval-every` steps on fixed windows, first reaches the target. The
 //!   target is `--target-loss`, or by default the baseline's final validation loss
-//!   relaxed by `--target-slack`.
+//!   relaxed by `--target-slack`. Only verified weights are evaluated: an evaluation due
+//!   inside a predict block waits for the block to close, and the last step closes an
+//!   open block with `finish_block` on the same validation windows.
 //!
 //! The result is a Markdown table, ready for `docs/benchmarks.md`.
 
@@ -180,11 +182,22 @@ impl Bench {
             result.evaluations.push((0, 0.0, evaluate_now(&trainer)));
         }
         let started = Instant::now();
+        // Only verified weights are evaluated: an evaluation due inside a predict block
+        // waits for the block to close, and the last step closes an open one.
+        let mut evaluation_due = false;
         for step in 1..=steps {
             let batch = sampler.sample(self.data.train(), Split::Train).map_err(|e| e.to_string())?;
             let record = trainer.step(batch.to_device::<B>(device)).map_err(|e| e.to_string())?;
             result.records.push(record);
-            if evaluate && (step % args.eval_every == 0 || step == steps) {
+            evaluation_due |= evaluate && step % args.eval_every == 0;
+            if step == steps {
+                trainer
+                    .finish_block(|model| model.valid().evaluate(&self.validation, device))
+                    .map_err(|e| e.to_string())?;
+                evaluation_due = evaluate;
+            }
+            if evaluation_due && trainer.can_checkpoint() {
+                evaluation_due = false;
                 let loss = evaluate_now(&trainer);
                 result.evaluations.push((step, result.train_seconds(), loss));
                 eprintln!(

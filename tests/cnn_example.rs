@@ -1,6 +1,7 @@
-//! The conv-net example and the soak example as a user runs them, on wgpu (llvmpipe in
-//! CI): both modes end to end with their files and a resume, the soak's verdict, and bad
-//! input refused with exit status 2.
+//! The conv-net example and the soak example as a user runs them: both modes end to end
+//! with their files and a resume (hybrid on wgpu, llvmpipe in CI; the full run and its
+//! resume on the CPU backend), the soak's verdict on wgpu, and bad input refused with
+//! exit status 2.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -14,10 +15,13 @@ fn scratch(name: &str) -> PathBuf {
     common::scratch(&format!("cnn_example-{name}"))
 }
 
-/// A small run on wgpu (software adapters allowed), with `extra` arguments.
-fn small_run(out: &Path, extra: &[&str]) -> Output {
+/// A small run with `extra` arguments on `backend`: `wgpu` (software adapters allowed,
+/// llvmpipe in CI) where leanburn's kernels on the real CubeCL runtime are what is
+/// tested, `cpu` where the run only has to train (resume, refusals), which takes a
+/// fraction of the time: each wgpu process compiles its kernels anew.
+fn small_run_on(backend: &str, out: &Path, extra: &[&str]) -> Output {
     let mut command = example("cnn_shapes_hybrid");
-    command.args(["--backend", "wgpu", "--allow-software"]);
+    command.args(["--backend", backend, "--allow-software"]);
     // Small images and two blocks unless the case sets its own.
     for (flag, value) in [("--resolution", "16"), ("--widths", "8,16")] {
         if !extra.contains(&flag) {
@@ -27,6 +31,14 @@ fn small_run(out: &Path, extra: &[&str]) -> Output {
     command.args(["--batch", "4", "--eval-every", "3", "--eval-batches", "1", "--checkpoint-every", "3"]);
     command.arg("--out").arg(out).args(extra);
     command.output().unwrap()
+}
+
+fn small_run(out: &Path, extra: &[&str]) -> Output {
+    small_run_on("wgpu", out, extra)
+}
+
+fn cpu_run(out: &Path, extra: &[&str]) -> Output {
+    small_run_on("cpu", out, extra)
 }
 
 fn read(path: &Path) -> String {
@@ -42,7 +54,7 @@ fn assert_fails(output: &Output, needle: &str) {
 #[test]
 fn both_modes_run_write_accuracy_and_a_plot_and_resume() {
     let out = scratch("modes");
-    let full = small_run(&out, &["--mode", "full", "--steps", "6"]);
+    let full = cpu_run(&out, &["--mode", "full", "--steps", "6"]);
     assert!(full.status.success(), "{}", text(&full));
     assert_eq!(read(&out.join("metrics-full.jsonl")).lines().count(), 6);
     let validation = read(&out.join("validation-full.csv"));
@@ -59,10 +71,13 @@ fn both_modes_run_write_accuracy_and_a_plot_and_resume() {
     assert!(hybrid.status.success(), "{}", text(&hybrid));
     let metrics = read(&out.join("metrics-hybrid.jsonl"));
     assert!(metrics.contains("\"predicted\":true"), "hybrid mode predicted no step:\n{metrics}");
+    // Whatever phase step 12 fell in, the run ends validated and saved at step 12.
+    assert!(String::from_utf8_lossy(&hybrid.stdout).contains("checkpoint of step 12"), "{}", text(&hybrid));
+    assert!(read(&out.join("validation-hybrid.csv")).lines().last().unwrap().starts_with("12,"));
     let plot = read(&out.join("cnn.svg"));
     assert!(plot.contains("hybrid validation") && plot.contains("full validation"), "both modes in the plot");
 
-    let resumed = small_run(&out, &["--mode", "full", "--steps", "8", "--resume"]);
+    let resumed = cpu_run(&out, &["--mode", "full", "--steps", "8", "--resume"]);
     assert!(resumed.status.success(), "{}", text(&resumed));
     assert_eq!(read(&out.join("metrics-full.jsonl")).lines().count(), 8);
 }
@@ -70,16 +85,16 @@ fn both_modes_run_write_accuracy_and_a_plot_and_resume() {
 #[test]
 fn bad_input_is_refused_and_overwrites_nothing() {
     let out = scratch("bad");
-    assert_fails(&small_run(&out, &["--resolution", "4"]), "--resolution");
-    assert_fails(&small_run(&out, &["--widths", "8,16,32,64", "--resolution", "8"]), "too small for 4 blocks");
-    assert_fails(&small_run(&out, &["--widths", "8,0"]), "--widths");
-    assert_fails(&small_run(&out, &["--lr", "0"]), "--lr");
-    assert_fails(&small_run(&out, &["--resume"]), "no hybrid checkpoint");
+    assert_fails(&cpu_run(&out, &["--resolution", "4"]), "--resolution");
+    assert_fails(&cpu_run(&out, &["--widths", "8,16,32,64", "--resolution", "8"]), "too small for 4 blocks");
+    assert_fails(&cpu_run(&out, &["--widths", "8,0"]), "--widths");
+    assert_fails(&cpu_run(&out, &["--lr", "0"]), "--lr");
+    assert_fails(&cpu_run(&out, &["--resume"]), "no hybrid checkpoint");
 
-    let first = small_run(&out, &["--mode", "full", "--steps", "3"]);
+    let first = cpu_run(&out, &["--mode", "full", "--steps", "3"]);
     assert!(first.status.success(), "{}", text(&first));
     let metrics = read(&out.join("metrics-full.jsonl"));
-    assert_fails(&small_run(&out, &["--mode", "full", "--steps", "3"]), "already holds a full run");
+    assert_fails(&cpu_run(&out, &["--mode", "full", "--steps", "3"]), "already holds a full run");
     assert_eq!(read(&out.join("metrics-full.jsonl")), metrics, "a refused run must not touch the files");
 }
 

@@ -18,7 +18,7 @@ use burn::tensor::{Tensor, TensorData, TensorPrimitive};
 use burn_backend::ops::{ConvOptions, ConvTransposeOptions, ModuleOps};
 use burn_backend::Backend;
 use burn_cubecl::CubeBackend;
-use leanburn::backend::{ChunkedConv, ConvBudget, Lean};
+use leanburn::backend::{conv2d_plan, ChunkedConv, ConvBudget, Lean};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
@@ -27,9 +27,11 @@ type CubeF16 = CubeBackend<WgpuRuntime, half::f16, i32, u32>;
 type CubeBf16 = CubeBackend<WgpuRuntime, half::bf16, i32, u32>;
 
 const F32_TOLERANCE: f32 = 1e-4;
-/// Shapes per comparison on the wgpu runtime. llvmpipe autotunes CubeCL's matmul for every
-/// new shape, which costs seconds each, so CI runs a reduced count there; set
-/// `LEANBURN_CONV_CASES=300` for the full run (the ndarray comparison always runs 300).
+/// Shapes per comparison on the wgpu runtime. Every new shape costs llvmpipe seconds of
+/// kernel compilation and CubeCL matmul autotuning (10 to 20 s each from cold caches), so
+/// CI runs 12 (kernel path), 8 (transposed), 6 (fused wgpu, f16, bf16); [`assert_covers`] fails if a count is too
+/// small to reach every feature. `LEANBURN_CONV_CASES=300` runs the full sweep (about
+/// 20 minutes on 2 cores); the ndarray comparisons always run 300 and 100.
 fn wgpu_cases(default: usize) -> usize {
     std::env::var("LEANBURN_CONV_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(default)
 }
@@ -155,9 +157,36 @@ fn assert_close(what: &str, case_index: usize, case: &Case, got: &[f32], want: &
     }
 }
 
+/// Fails unless the drawn cases reach every feature of the convolution that `Lean`
+/// handles itself, so that the reduced counts CI runs on wgpu still cover them all.
+/// `chunked`: also require a case cut into several chunks and one whose chunk holds
+/// several images (checked against the plan `conv2d` follows).
+fn assert_covers<B: ChunkedConv>(drawn: &[Case], chunked: bool) {
+    let any = |feature: &dyn Fn(&Case) -> bool| drawn.iter().any(feature);
+    let plan = |c: &Case| {
+        let weight = [c.out_channels, c.in_channels / c.groups, c.kernel[0], c.kernel[1]];
+        conv2d_plan::<B>([c.batch, c.in_channels, c.size[0], c.size[1]], weight, &c.options(), 4)
+    };
+    let mut features = vec![
+        ("groups > 1", any(&|c| c.groups > 1)),
+        ("stride > 1", any(&|c| c.stride.iter().any(|&s| s > 1))),
+        ("dilation > 1", any(&|c| c.dilation.iter().any(|&d| d > 1))),
+        ("padding > 0", any(&|c| c.padding.iter().any(|&p| p > 0))),
+        ("a non-square kernel", any(&|c| c.kernel[0] != c.kernel[1])),
+        ("a non-square image", any(&|c| c.size[0] != c.size[1])),
+    ];
+    if chunked {
+        features.push(("several chunks", any(&|c| plan(c).chunks > 1)));
+        features.push(("several images in one chunk", any(&|c| plan(c).images_per_chunk > 1 && c.batch > 1)));
+    }
+    let missing: Vec<&str> = features.iter().filter(|(_, hit)| !hit).map(|(name, _)| *name).collect();
+    assert!(missing.is_empty(), "{} cases never reach: {missing:?}; draw more or change the seed", drawn.len());
+}
+
 fn compare_conv2d<B: ChunkedConv>(seed: u64, cases: usize, max_channels: usize, device: &B::Device, tolerance: f32) {
     small_budget();
     let mut rng = SmallRng::seed_from_u64(seed);
+    let mut drawn = Vec::with_capacity(cases);
     for case_index in 0..cases {
         let case = Case::random(&mut rng, max_channels);
         let data = conv_data(&mut rng, &case);
@@ -166,12 +195,14 @@ fn compare_conv2d<B: ChunkedConv>(seed: u64, cases: usize, max_channels: usize, 
         for (what, (g, w)) in ["forward", "input gradient", "weight gradient"].iter().zip(got.iter().zip(&want)) {
             assert_close(what, case_index, &case, g, w, tolerance);
         }
+        drawn.push(case);
     }
+    assert_covers::<B>(&drawn, true);
 }
 
 #[test]
 fn kernel_path_matches_stock_burn_on_random_shapes() {
-    compare_conv2d::<Cube>(0x5eed_0001, wgpu_cases(60), 64, &WgpuDevice::default(), F32_TOLERANCE);
+    compare_conv2d::<Cube>(0x5eed_0001, wgpu_cases(12), 64, &WgpuDevice::default(), F32_TOLERANCE);
 }
 
 #[test]
@@ -181,7 +212,7 @@ fn composed_path_on_ndarray_matches_stock_burn_on_300_random_shapes() {
 
 #[test]
 fn composed_path_on_fused_wgpu_matches_stock_burn() {
-    compare_conv2d::<Wgpu>(0x5eed_0003, wgpu_cases(20), 16, &WgpuDevice::default(), F32_TOLERANCE);
+    compare_conv2d::<Wgpu>(0x5eed_0003, wgpu_cases(6), 16, &WgpuDevice::default(), F32_TOLERANCE);
 }
 
 #[test]
@@ -189,13 +220,13 @@ fn half_precision_kernels_match_within_stated_tolerance() {
     let device = WgpuDevice::default();
     let mut ran = 0;
     if Cube::supports_dtype(&device, burn::tensor::DType::F16) {
-        compare_conv2d::<CubeF16>(0x5eed_0004, wgpu_cases(20), 16, &device, 1e-2);
+        compare_conv2d::<CubeF16>(0x5eed_0004, wgpu_cases(6), 16, &device, 1e-2);
         ran += 1;
     } else {
         eprintln!("f16 not supported by this wgpu adapter: f16 comparison not run");
     }
     if Cube::supports_dtype(&device, burn::tensor::DType::BF16) {
-        compare_conv2d::<CubeBf16>(0x5eed_0005, wgpu_cases(20), 16, &device, 4e-2);
+        compare_conv2d::<CubeBf16>(0x5eed_0005, wgpu_cases(6), 16, &device, 4e-2);
         ran += 1;
     } else {
         eprintln!("bf16 not supported by this wgpu adapter: bf16 comparison not run");
@@ -214,6 +245,7 @@ fn conv_transpose_all<B: Backend>(data: &Data, case: &Case, options: &ConvTransp
 fn compare_conv_transpose2d<B: ChunkedConv>(seed: u64, cases: usize, device: &B::Device) {
     small_budget();
     let mut rng = SmallRng::seed_from_u64(seed);
+    let mut drawn = Vec::with_capacity(cases);
     for case_index in 0..cases {
         let (case, padding_out) = loop {
             let case = Case::random(&mut rng, 32);
@@ -237,12 +269,14 @@ fn compare_conv_transpose2d<B: ChunkedConv>(seed: u64, cases: usize, device: &B:
         let want = conv_transpose_all::<NdArray>(&data, &case, &options, &Default::default());
         let got = conv_transpose_all::<Lean<B>>(&data, &case, &options, device);
         assert_close("conv_transpose2d", case_index, &case, &got, &want, F32_TOLERANCE);
+        drawn.push(case);
     }
+    assert_covers::<B>(&drawn, false);
 }
 
 #[test]
 fn conv_transpose2d_kernel_path_matches_stock_burn() {
-    compare_conv_transpose2d::<Cube>(0x5eed_0006, wgpu_cases(30), &WgpuDevice::default());
+    compare_conv_transpose2d::<Cube>(0x5eed_0006, wgpu_cases(8), &WgpuDevice::default());
 }
 
 #[test]

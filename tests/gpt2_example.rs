@@ -1,6 +1,7 @@
-//! The GPT-2 example as a user runs it: both modes end to end on wgpu (llvmpipe in CI),
-//! resuming, and every bad input the issue lists, each a clear error with a non-zero exit
-//! that overwrites nothing.
+//! The GPT-2 example as a user runs it: both modes end to end (hybrid and f16 on wgpu,
+//! llvmpipe in CI; the rest on the CPU backend, since each wgpu process compiles and
+//! autotunes its kernels anew), resuming, and every bad input the issue lists, each a
+//! clear error with a non-zero exit that overwrites nothing.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -24,14 +25,24 @@ fn scratch(name: &str) -> PathBuf {
     common::scratch(&format!("gpt2_example-{name}"))
 }
 
-/// A tiny run on wgpu (software adapters allowed), with `extra` arguments.
-fn tiny_run(out: &Path, extra: &[&str]) -> Output {
+/// A tiny run with `extra` arguments on `backend`: `wgpu` (software adapters allowed,
+/// llvmpipe in CI) where the real CubeCL runtime is what is tested, `cpu` where the run
+/// only has to train (resume, checkpoints, refusals), which takes a fraction of the time.
+fn tiny_run_on(backend: &str, out: &Path, extra: &[&str]) -> Output {
     let mut command = example();
-    command.args(["--backend", "wgpu", "--allow-software", "--preset", "gpt2-tiny"]);
+    command.args(["--backend", backend, "--allow-software", "--preset", "gpt2-tiny"]);
     command.args(["--batch", "2", "--seq", "16", "--eval-every", "3", "--eval-batches", "1"]);
     command.args(["--checkpoint-every", "3", "--corpus-mib", "1"]);
     command.arg("--data").arg(sources()).arg("--out").arg(out).args(extra);
     command.output().unwrap()
+}
+
+fn tiny_run(out: &Path, extra: &[&str]) -> Output {
+    tiny_run_on("wgpu", out, extra)
+}
+
+fn cpu_run(out: &Path, extra: &[&str]) -> Output {
+    tiny_run_on("cpu", out, extra)
 }
 
 fn lines(path: &Path) -> usize {
@@ -48,7 +59,7 @@ fn assert_fails(output: &Output, code: i32, needle: &str) {
 #[test]
 fn both_modes_run_end_to_end_write_their_files_and_resume() {
     let out = scratch("modes");
-    let full = tiny_run(&out, &["--mode", "full", "--steps", "6"]);
+    let full = cpu_run(&out, &["--mode", "full", "--steps", "6"]);
     assert!(full.status.success(), "{}", text(&full));
     assert_eq!(lines(&out.join("metrics-full.jsonl")), 6);
     // Header, step 0, steps 3 and 6.
@@ -59,7 +70,7 @@ fn both_modes_run_end_to_end_write_their_files_and_resume() {
     let summary = String::from_utf8_lossy(&full.stdout);
     assert!(summary.contains("validation loss") && summary.contains("checkpoint of step 6"), "{}", text(&full));
 
-    // Hybrid with a short warmup, so that predicted steps happen.
+    // Hybrid on the real CubeCL runtime, with a short warmup so that predicted steps happen.
     let hybrid = tiny_run(&out, &["--mode", "hybrid", "--steps", "12", "--warmup", "3"]);
     assert!(hybrid.status.success(), "{}", text(&hybrid));
     let records: Vec<serde_json::Value> = fs::read_to_string(out.join("metrics-hybrid.jsonl"))
@@ -69,11 +80,16 @@ fn both_modes_run_end_to_end_write_their_files_and_resume() {
         .collect();
     assert_eq!(records.len(), 12);
     assert!(records.iter().any(|r| r["predicted"] == true), "a hybrid run predicts steps:\n{}", text(&hybrid));
+    // Whatever phase step 12 fell in, the run ends validated and saved at step 12.
+    let summary = String::from_utf8_lossy(&hybrid.stdout);
+    assert!(summary.contains("checkpoint of step 12"), "the last step is saved:\n{}", text(&hybrid));
+    let validation = fs::read_to_string(out.join("validation-hybrid.csv")).unwrap();
+    assert!(validation.lines().last().unwrap().starts_with("12,"), "the last step is validated:\n{validation}");
     let plot = fs::read_to_string(out.join("gpt2.svg")).unwrap();
     assert!(plot.contains("<svg") && plot.contains("hybrid") && plot.contains("full"), "both modes in the plot");
 
     // Resume the full run to step 9: three more records, appended.
-    let resumed = tiny_run(&out, &["--mode", "full", "--steps", "9", "--resume"]);
+    let resumed = cpu_run(&out, &["--mode", "full", "--steps", "9", "--resume"]);
     assert!(resumed.status.success(), "{}", text(&resumed));
     assert_eq!(lines(&out.join("metrics-full.jsonl")), 9);
     let steps: Vec<u64> = fs::read_to_string(out.join("metrics-full.jsonl"))
@@ -87,7 +103,7 @@ fn both_modes_run_end_to_end_write_their_files_and_resume() {
 #[test]
 fn a_corrupt_checkpoint_on_resume_is_an_error_that_changes_nothing() {
     let out = scratch("corrupt");
-    let first = tiny_run(&out, &["--mode", "full", "--steps", "3"]);
+    let first = cpu_run(&out, &["--mode", "full", "--steps", "3"]);
     assert!(first.status.success(), "{}", text(&first));
     let checkpoints = out.join("checkpoints-full");
     let latest = fs::read_to_string(checkpoints.join("latest")).unwrap();
@@ -96,7 +112,7 @@ fn a_corrupt_checkpoint_on_resume_is_an_error_that_changes_nothing() {
     fs::write(&model, &bytes[..bytes.len() / 2]).unwrap();
     let metrics_before = fs::read(out.join("metrics-full.jsonl")).unwrap();
 
-    let resumed = tiny_run(&out, &["--mode", "full", "--steps", "6", "--resume"]);
+    let resumed = cpu_run(&out, &["--mode", "full", "--steps", "6", "--resume"]);
     assert_fails(&resumed, 2, "--resume");
     assert_eq!(fs::read(out.join("metrics-full.jsonl")).unwrap(), metrics_before);
 }
@@ -105,7 +121,7 @@ fn a_corrupt_checkpoint_on_resume_is_an_error_that_changes_nothing() {
 fn an_earlier_run_is_not_overwritten_without_asking() {
     let out = scratch("existing");
     fs::write(out.join("metrics-hybrid.jsonl"), "keep me\n").unwrap();
-    let output = tiny_run(&out, &["--steps", "2"]);
+    let output = cpu_run(&out, &["--steps", "2"]);
     assert_fails(&output, 2, "--overwrite");
     assert_eq!(fs::read_to_string(out.join("metrics-hybrid.jsonl")).unwrap(), "keep me\n");
 }
@@ -113,7 +129,7 @@ fn an_earlier_run_is_not_overwritten_without_asking() {
 #[test]
 fn resume_without_a_checkpoint_is_an_error() {
     let out = scratch("no-checkpoint");
-    assert_fails(&tiny_run(&out, &["--resume", "--steps", "2"]), 2, "no hybrid checkpoint");
+    assert_fails(&cpu_run(&out, &["--resume", "--steps", "2"]), 2, "no hybrid checkpoint");
 }
 
 #[test]

@@ -9,15 +9,19 @@
 
 mod common;
 
-use burn::backend::wgpu::WgpuDevice;
+use burn::backend::wgpu::{WgpuDevice, WgpuRuntime};
 use burn::backend::Autodiff;
 use burn::prelude::*;
 use burn::train::TrainStep;
+use burn_cubecl::CubeBackend;
 use leanburn::data::TokenBatch;
 use leanburn::memory::MemoryProbe;
 use leanburn::model::{Gpt2, Gpt2Config};
 
-type B = Autodiff<burn::backend::Wgpu<f32, i32>>;
+/// The unfused wgpu backend: fusion decides on its own which intermediate results exist
+/// (and compiles and autotunes a kernel for each fused group: slow on a cold llvmpipe),
+/// while the question here is only whether the logits are ever materialised.
+type B = Autodiff<CubeBackend<WgpuRuntime, f32, i32, u32>>;
 
 const BATCH: usize = 4;
 const SEQ: usize = 64;

@@ -15,7 +15,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use leanburn::memory::{format_bytes, LeakDetector, MemoryProbe, PoolHealth};
 use leanburn::select::{BackendJob, Checkpointing, Selection, TrainBackend};
 use leanburn::trainer::{
-    ExecutionConfig, ForwardLoss, HybridBatch, HybridConfig, HybridTrainer, LrSchedule, Precision, PrecisionConfig,
+    BlockEnd, ExecutionConfig, ForwardLoss, HybridBatch, HybridConfig, HybridTrainer, LrSchedule, Precision, PrecisionConfig,
     StepLoss, StepRecord, TrainerError, TrainerStatistics, TrimPolicy,
 };
 use plotters::prelude::*;
@@ -301,7 +301,9 @@ pub struct LoopOutcome {
 /// Trains from the trainer's current step up to `settings.steps`, drawing host batches
 /// from `next_batch` (`accumulation_steps` of them per step, moved to the device one at a
 /// time by `to_device`) and validating with `validate`: a progress bar, the validation CSV in
-/// `files` (header written for a new run), checkpoints between predict blocks.
+/// `files` (header written for a new run), checkpoints between predict blocks; validations
+/// and checkpoints due inside a block wait for it to close, and the last step closes an
+/// open block (kept only if it validates lower) so the run ends validated and saved.
 pub fn train_loop<B, M, O, T, H>(
     trainer: &mut HybridTrainer<B, M, O, T>,
     files: &RunFiles,
@@ -358,6 +360,9 @@ where
 
     let micro_batches = trainer.execution().accumulation_steps;
     let mut last_loss = None;
+    // A validation or checkpoint that falls inside a predict block waits for the block to
+    // close: both must see verified weights.
+    let (mut validation_due, mut checkpoint_due) = (false, false);
     for step in first + 1..=settings.steps {
         let batches = (0..micro_batches).map(|_| next_batch()).collect::<Result<Vec<H>, Failure>>()?;
         let record = trainer.step_accumulated(batches.into_iter().map(&to_device)).map_err(|e| broke(format!("step {step}: {e}")))?;
@@ -387,8 +392,41 @@ where
         progress.inc(1);
         outcome.records.push(record);
 
-        if step % settings.eval_every == 0 || step == settings.steps {
-            let validation = validate(trainer.model());
+        validation_due |= step % settings.eval_every == 0;
+        checkpoint_due |= step % settings.checkpoint_every == 0;
+        let mut probed = None;
+        if step == settings.steps {
+            // The run ends on verified weights: an open block stays only if it validates
+            // lower than the weights it started from.
+            let mut validations = Vec::new();
+            let end = trainer
+                .finish_block(|model| {
+                    let validation = validate(model);
+                    validations.push(validation);
+                    validation.loss
+                })
+                .map_err(|e| broke(format!("step {step}: {e}")))?;
+            probed = match end {
+                BlockEnd::NoneOpen => None,
+                BlockEnd::Kept { .. } => validations.first().copied(),
+                BlockEnd::RolledBack { after, before } => {
+                    progress.suspend(|| {
+                        eprintln!(
+                            "step {step:>5}: the open predict block validated at {after:.4}, not below its start \
+                             ({before:.4}): rolled back"
+                        )
+                    });
+                    validations.get(1).copied()
+                }
+            };
+            (validation_due, checkpoint_due) = (true, true);
+        }
+        if !trainer.can_checkpoint() {
+            continue;
+        }
+        if validation_due {
+            validation_due = false;
+            let validation = probed.unwrap_or_else(|| validate(trainer.model()));
             log_line(&mut log, step, outcome.train_seconds, validation)?;
             // Printed whether or not the bar is drawn (it is hidden when stderr is no terminal).
             progress.suspend(|| {
@@ -400,7 +438,8 @@ where
             });
             outcome.validation = Some(validation);
         }
-        if (step % settings.checkpoint_every == 0 || step == settings.steps) && trainer.can_checkpoint() {
+        if checkpoint_due {
+            checkpoint_due = false;
             let path = trainer.save_checkpoint(&files.checkpoints).map_err(|e| broke(e.to_string()))?;
             outcome.last_checkpoint = Some((step, path));
         }
@@ -444,7 +483,7 @@ pub fn summary(title: &str, stats: &TrainerStatistics, outcome: &LoopOutcome, fi
     }
     text += &match &outcome.last_checkpoint {
         Some((step, path)) => format!("checkpoint of step {step}: {} (continue with --resume)\n", path.display()),
-        None => "no checkpoint written: the run ended inside a predict block\n".into(),
+        None => "no checkpoint written\n".into(),
     };
     text += &format!("metrics: {}", files.metrics.display());
     text

@@ -30,6 +30,14 @@ pub enum RollbackReason {
         /// The largest loss that would have been accepted.
         limit: f64,
     },
+    /// Closing the block early, the caller's probe loss on its weights was not below the
+    /// probe loss on the weights the block started from.
+    ProbeNotBetter {
+        /// The probe loss on the block's weights.
+        after: f64,
+        /// The probe loss on the weights the block started from.
+        before: f64,
+    },
 }
 
 impl fmt::Display for RollbackReason {
@@ -45,6 +53,9 @@ impl fmt::Display for RollbackReason {
                     f,
                     "loss {loss} above the limit {limit} (running loss {running})"
                 )
+            }
+            RollbackReason::ProbeNotBetter { after, before } => {
+                write!(f, "probe loss {after} not below {before} at the block's start")
             }
         }
     }

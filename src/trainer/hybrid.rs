@@ -50,6 +50,28 @@ struct StepOutcome {
     overflow: bool,
 }
 
+/// How [`HybridTrainer::finish_block`] left the run.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum BlockEnd {
+    /// No predict block was open: nothing probed, nothing changed.
+    NoneOpen,
+    /// The block's weights probed lower than its starting weights and were kept.
+    Kept {
+        /// The probe loss on the block's weights (the weights now).
+        after: f64,
+        /// The probe loss on the weights the block started from.
+        before: f64,
+    },
+    /// The block's weights did not probe lower: the starting weights and learning-rate
+    /// position are back.
+    RolledBack {
+        /// The probe loss on the block's weights.
+        after: f64,
+        /// The probe loss on the weights the block started from (the weights now).
+        before: f64,
+    },
+}
+
 /// Alternates full training steps with predicted ones; see the [module docs](super).
 ///
 /// `B` is the autodiff backend, `M` the model on it, `O` a Burn optimizer for `M`, and `T`
@@ -284,6 +306,37 @@ where
     /// where the weights are predictions the guard has not finished judging.
     pub fn can_checkpoint(&self) -> bool {
         self.block.is_none()
+    }
+
+    /// Closes an open predict block now, so that the weights are verified ones: before a
+    /// run ends, or wherever the caller must evaluate or save. `probe` gives a loss of a
+    /// model on data the caller holds fixed (a validation set, say, in eval mode); it is
+    /// called on the weights now and on the weights the block started from, and the block
+    /// is kept only if it probed strictly lower. Otherwise it is rolled back exactly as a
+    /// guard rejection would: weights, learning-rate position, cooldown. Either way
+    /// [`can_checkpoint`](Self::can_checkpoint) holds afterwards.
+    ///
+    /// Without an open block `probe` is not called.
+    pub fn finish_block(&mut self, mut probe: impl FnMut(&M) -> f64) -> Result<BlockEnd, TrainerError> {
+        let Some(block) = self.block.as_ref() else {
+            return Ok(BlockEnd::NoneOpen);
+        };
+        let model = self.model.as_ref().ok_or(TrainerError::ModelLost)?;
+        let after = probe(model);
+        let start = block.snapshot.clone().restore::<B, M>(model.clone());
+        let before = probe(&start);
+        drop(start);
+        if after < before {
+            self.block = None;
+            self.schedule.end_block(&self.config);
+            self.awaiting_calibration = true;
+            tracing::debug!(step = self.step, after, before, "predict block closed early and kept");
+            Ok(BlockEnd::Kept { after, before })
+        } else {
+            self.roll_back(RollbackReason::ProbeNotBetter { after, before })?;
+            self.statistics.rollbacks += 1;
+            Ok(BlockEnd::RolledBack { after, before })
+        }
     }
 
     /// Totals so far, with the predictor's current size and the running loss.

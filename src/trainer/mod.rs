@@ -83,7 +83,7 @@ pub use config::{ConfigError, HybridConfig, PredictorPrecision, SnapshotStore};
 pub use error::TrainerError;
 pub use execution::{ExecutionConfig, TrimPolicy};
 pub use guard::{GuardVerdict, LossGuard, RollbackReason};
-pub use hybrid::HybridTrainer;
+pub use hybrid::{BlockEnd, HybridTrainer};
 pub use loss_window::LossWindow;
 pub use lr::LrSchedule;
 pub use mixed::{compute_copy, master_gradients, CastParams, MasterGradients};

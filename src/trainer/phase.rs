@@ -131,6 +131,14 @@ impl PhaseSchedule {
         self.horizon = config.min_horizon;
     }
 
+    /// Ends a predict block before its horizon, its weights kept: the correct steps that
+    /// follow every accepted block come next. Outside a predict block it does nothing.
+    pub fn end_block(&mut self, config: &HybridConfig) {
+        if self.phase == Phase::Predict {
+            self.enter(Phase::Correct, config.correct_steps);
+        }
+    }
+
     /// Adjusts the horizon from how well the last prediction matched the real update: a
     /// cosine of at least `hold_cosine` earns one more predict step, anything less (NaN
     /// included) halves the horizon; always within `[min_horizon, max_horizon]`.
@@ -246,6 +254,22 @@ mod tests {
         phases(&mut schedule, &config, 3, 1.0);
         schedule.rollback(&config);
         assert_eq!(phases(&mut schedule, &config, 3, 1.0), vec![F, P, C]);
+    }
+
+    #[test]
+    fn a_block_ended_early_goes_on_with_its_correct_steps() {
+        let config = config();
+        let mut schedule = PhaseSchedule::new(&config);
+        assert_eq!(phases(&mut schedule, &config, 4, 1.0), vec![W, W, W, P]);
+        schedule.end_block(&config);
+        assert_eq!(phases(&mut schedule, &config, 4, 1.0), vec![C, F, F, P]);
+        // Anywhere else it changes nothing.
+        schedule.advance(&config, 1.0);
+        schedule.advance(&config, 1.0);
+        assert_eq!(schedule.current(), F);
+        let full = schedule.clone();
+        schedule.end_block(&config);
+        assert_eq!(schedule, full);
     }
 
     #[test]

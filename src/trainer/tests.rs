@@ -315,6 +315,70 @@ fn a_non_finite_predicted_loss_rolls_back_bit_for_bit() {
     }
 }
 
+/// The loss of `model` on a fixed batch, in eval mode: the probe a caller of
+/// `finish_block` hands in.
+fn probe_loss(model: &Regressor<Train>) -> f64 {
+    use burn::module::AutodiffModule;
+    let (inputs, targets) = batch(1000);
+    let item = InferenceStep::step(&model.valid(), (inputs.inner(), targets.inner()));
+    item.loss.into_scalar() as f64
+}
+
+/// A trainer inside a predict block, one predicted step taken; and the weights and
+/// learning-rate position the block started from.
+fn inside_a_block(
+    config: HybridConfig,
+) -> (
+    HybridTrainer<Train, Regressor<Train>, impl burn::optim::Optimizer<Regressor<Train>, Train>, Batch>,
+    Vec<TensorData>,
+) {
+    let mut trainer = sgd_trainer(config.with_initial_horizon(4));
+    for step in 0..3 {
+        trainer.step(batch(step)).expect("warmup step");
+    }
+    let block_start = weights(trainer.model());
+    assert!(trainer.step(batch(3)).expect("predicted step").predicted);
+    assert!(!trainer.can_checkpoint(), "control: inside the block no checkpoint can be written");
+    (trainer, block_start)
+}
+
+#[test]
+fn finishing_an_improving_block_keeps_its_weights_and_verifies_them() {
+    let (mut trainer, block_start) = inside_a_block(config());
+    let now = weights(trainer.model());
+    let end = trainer.finish_block(probe_loss).expect("finish");
+    let BlockEnd::Kept { after, before } = end else { panic!("{end:?}") };
+    assert!(after < before);
+    assert_eq!(weights(trainer.model()), now, "kept weights untouched");
+    assert_ne!(now, block_start);
+    assert!(trainer.can_checkpoint());
+    assert_eq!(trainer.phase(), Phase::Correct);
+    assert_eq!(trainer.optimizer_step(), 4, "the predicted step stays on the schedule");
+    // The next step is a full one that calibrates, as after any accepted block.
+    let record = trainer.step(batch(4)).expect("correct step");
+    assert_eq!(record.phase, Phase::Correct);
+    assert!(record.cosine.is_some());
+    // Nothing to finish now: the probe is not even called.
+    assert_eq!(trainer.finish_block(|_| unreachable!()).expect("no block"), BlockEnd::NoneOpen);
+}
+
+#[test]
+fn finishing_a_block_that_probes_worse_rolls_it_back_exactly() {
+    // A guard that lets anything finite through, and a wild step: the probe catches it.
+    let wild = config().with_loss_tolerance(1e12).with_initial_scale(1e3).with_max_scale(1e3);
+    let (mut trainer, block_start) = inside_a_block(wild);
+    assert_ne!(weights(trainer.model()), block_start);
+    let end = trainer.finish_block(probe_loss).expect("finish");
+    let BlockEnd::RolledBack { after, before } = end else { panic!("{end:?}") };
+    assert!(after >= before, "{after} vs {before}");
+    assert_eq!(weights(trainer.model()), block_start, "not restored exactly");
+    assert!(trainer.can_checkpoint());
+    assert_eq!(trainer.phase(), Phase::Full);
+    assert_eq!(trainer.optimizer_step(), 3, "schedule position restored");
+    assert_eq!(trainer.statistics().rollbacks, 1);
+    assert!(trainer.save_checkpoint(scratch("finished")).is_ok());
+}
+
 #[test]
 fn resumes_from_a_checkpoint_exactly() {
     let dir = scratch("resume");
