@@ -28,9 +28,13 @@ const TOLERANCE: f32 = 1e-2;
 
 type Cube = CubeBackend<WgpuRuntime, f32, i32, u32>;
 
-/// The initial weights, serialised once so every stack starts from the same values.
+/// The initial weights, serialised once so every stack starts from the same values;
+/// seeded, so that every run starts from the same ones.
 fn initial_weights() -> Vec<u8> {
-    let model = SmallCnnConfig::new().with_classes(CLASSES).init::<burn::backend::NdArray>(&Default::default());
+    type Host = burn::backend::NdArray;
+    let device = Default::default();
+    <Host as Backend>::seed(&device, 50);
+    let model = SmallCnnConfig::new().with_classes(CLASSES).init::<Host>(&device);
     BinBytesRecorder::<FullPrecisionSettings>::default()
         .record(model.into_record(), ())
         .expect("serialise the initial weights")
@@ -81,7 +85,10 @@ fn assert_same_losses(lean: &[f32], stock: &[f32]) {
             "step {step}: lean {l}, stock {s}\nlean {lean:?}\nstock {stock:?}"
         );
     }
-    assert!(stock.last() < stock.first(), "the reference run must learn: {stock:?}");
+    // Single-batch losses are noisy (batches of 4): compare the first and last five.
+    let mean = |losses: &[f32]| losses.iter().sum::<f32>() / losses.len() as f32;
+    let (first, last) = (mean(&stock[..5]), mean(&stock[stock.len() - 5..]));
+    assert!(last < first, "the reference run must learn: first five {first}, last five {last}: {stock:?}");
 }
 
 #[test]
