@@ -1,25 +1,36 @@
-//! What a predicted step costs next to a full one, and how fast hybrid training reaches a
-//! loss that all-full training reaches, side by side in one run on the same data.
+//! How fast hybrid training reaches the loss all-full training ends at, against the
+//! strongest fair baselines, side by side in one run on the same data, over several seeds.
 //!
 //! ```text
-//! cargo bench --bench trainer -- --backend cpu                       # gpt2-tiny, minutes
-//! cargo bench --bench trainer -- --backend cuda --preset gpt2-small --batch 8 --seq 1024
+//! cargo bench --bench trainer -- --backend cpu                       # gpt2-tiny
+//! cargo bench --bench trainer -- --backend cuda --preset gpt2-small --batch 8 --seq 1024 --seeds 1
 //! ```
 //!
-//! Both runs start from the same weights, see the same batches in the same order and use
-//! the same AdamW schedule; the baseline is [`HybridConfig::all_full`]. A throwaway warm-up
-//! (two full steps and one evaluation) first absorbs kernel compilation and autotuning.
+//! For each seed, every run starts from the same weights and sees the same batches in the
+//! same order, with the same AdamW schedule (linear warmup over a tenth of the run, cosine
+//! decay to a tenth of the peak). The runs (`--runs`):
 //!
-//! - **Step cost**: medians of the hybrid run's step times, backward steps
-//!   (warmup/full/correct) against predicted ones, skipping each kind's first `--skip`.
-//! - **Time to target**: training seconds (evaluation excluded) until the validation loss,
-//!   measured every `--eval-every` steps on fixed windows, first reaches the target. The
-//!   target is `--target-loss`, or by default the baseline's final validation loss
-//!   relaxed by `--target-slack`. Only verified weights are evaluated: an evaluation due
-//!   inside a predict block waits for the block to close, and the last step closes an
-//!   open block with `finish_block` on the same validation windows.
+//! - `full`: all-full ([`HybridConfig::all_full`]) for `--steps` steps;
+//! - `short`: all-full for `--short-fraction` of the steps, its schedule fully decayed in
+//!   them (the baseline a faster method must also beat);
+//! - `hybrid`: [`HybridConfig::default`];
+//! - `skip`: the ablation. It replays the hybrid run's schedule on an all-full trainer,
+//!   with its predicted steps passed over (`skip_step`: the batch is drawn and dropped,
+//!   the learning rate moves on) instead of predicted. It shows what the predicted
+//!   updates add over simply leaving those steps out.
 //!
-//! The result is a Markdown table, ready for `docs/benchmarks.md`.
+//! A throwaway warm-up (two full steps and one evaluation) first absorbs kernel compilation
+//! and autotuning. Validation loss is measured every `--eval-every` steps and at the end on
+//! fixed windows of the validation split. "Train s" is the sum of the step times
+//! (evaluation excluded). The target is the `full` run's final validation loss of the same
+//! seed, relaxed by `--target-slack`. For hybrid the report also gives:
+//! - p, the predicted share of steps;
+//! - c, the mean cost of a predicted step over the median full step;
+//! - e, the mean verified efficiency of the kept blocks (and of all blocks): probe gain
+//!   over what their full steps would have gained at the recent pace;
+//! - blocks kept and rolled back.
+//!
+//! The result is Markdown, ready for `docs/benchmarks.md`.
 
 use std::time::Instant;
 
@@ -28,13 +39,12 @@ use burn::optim::grad_clipping::GradientClippingConfig;
 use burn::optim::AdamWConfig;
 use clap::Parser;
 use leanburn::data::{evaluation_windows, Corpus, Gpt2Tokenizer, HostBatch, TokenDataset, WindowSampler, Split};
-use leanburn::memory::format_bytes;
 use leanburn::model::{Gpt2, Gpt2Config};
 use leanburn::select::{select, BackendArgs, BackendJob, TrainBackend};
 use leanburn::trainer::{HybridConfig, HybridTrainer, LrSchedule, StepRecord};
 
 #[derive(Parser, Debug, Clone)]
-#[command(about = "HybridTrainer against all-full training: step cost and time to a target loss")]
+#[command(about = "HybridTrainer against all-full training and its ablation: time to the all-full loss")]
 struct Args {
     #[command(flatten)]
     backend: BackendArgs,
@@ -46,7 +56,7 @@ struct Args {
     /// Tokens per sequence (at most the preset's context).
     #[arg(long, default_value_t = 64)]
     seq: usize,
-    /// Trainer steps per run.
+    /// Trainer steps of the full-length runs.
     #[arg(long, default_value_t = 240)]
     steps: usize,
     /// Peak AdamW learning rate (linear warmup, cosine decay to a tenth).
@@ -64,26 +74,52 @@ struct Args {
     /// Validation batches per evaluation.
     #[arg(long, default_value_t = 8)]
     eval_batches: usize,
-    /// Target validation loss (default: the baseline's final one, relaxed by the slack).
-    #[arg(long)]
-    target_loss: Option<f64>,
-    /// Relative slack on the default target.
-    #[arg(long, default_value_t = 0.02)]
+    /// Relative slack on the target (the full run's final validation loss).
+    #[arg(long, default_value_t = 0.0)]
     target_slack: f64,
-    /// Steps of each kind left out of the step-cost medians.
-    #[arg(long, default_value_t = 3)]
-    skip: usize,
-    #[arg(long, default_value_t = 42)]
-    seed: u64,
+    /// The runs, in order (`skip` needs `hybrid` before it).
+    #[arg(long, value_delimiter = ',', default_value = "full,short,hybrid,skip")]
+    runs: Vec<RunKind>,
+    /// Seeds: each gives its own initial weights and batch stream, shared by its runs.
+    #[arg(long, value_delimiter = ',', default_value = "1,2,3")]
+    seeds: Vec<u64>,
+    /// Steps of the `short` run, as a fraction of `--steps`.
+    #[arg(long, default_value_t = 0.8)]
+    short_fraction: f64,
+    /// Write each run's step records (JSON lines) into this directory, as
+    /// `<run>-seed<N>.jsonl`.
+    #[arg(long)]
+    metrics: Option<std::path::PathBuf>,
     /// Accepted for `cargo bench` compatibility.
     #[arg(long, hide = true)]
     bench: bool,
 }
 
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum RunKind {
+    Full,
+    Short,
+    Hybrid,
+    Skip,
+}
+
+impl RunKind {
+    fn label(self) -> &'static str {
+        match self {
+            RunKind::Full => "all-full",
+            RunKind::Short => "all-full, short",
+            RunKind::Hybrid => "hybrid",
+            RunKind::Skip => "skip (ablation)",
+        }
+    }
+}
+
 /// One training run's measurements.
 struct RunResult {
-    label: &'static str,
+    kind: RunKind,
     records: Vec<StepRecord>,
+    /// Steps passed over (the skip ablation).
+    skipped: usize,
     /// (step, cumulative training seconds, validation loss), the first at step 0.
     evaluations: Vec<(usize, f64, f64)>,
 }
@@ -93,12 +129,43 @@ impl RunResult {
         self.records.iter().map(|r| r.seconds).sum()
     }
 
+    fn steps(&self) -> usize {
+        self.records.len() + self.skipped
+    }
+
     fn predicted_share(&self) -> f64 {
         self.records.iter().filter(|r| r.predicted).count() as f64 / self.records.len().max(1) as f64
     }
 
-    fn rollbacks(&self) -> usize {
-        self.records.iter().filter(|r| r.rolled_back).count()
+    /// Blocks: (kept, rolled back). A kept block's first step is predicted and probed; a
+    /// rejected one's trained as a full step.
+    fn blocks(&self) -> (usize, usize) {
+        let kept = self.records.iter().filter(|r| r.predicted && r.loss.is_some()).count();
+        let rolled = self.records.iter().filter(|r| r.rolled_back).count();
+        (kept, rolled)
+    }
+
+    /// Mean verified efficiency of the kept blocks (`kept`) or of all blocks, where known.
+    fn efficiency(&self, kept: bool) -> Option<f64> {
+        let values: Vec<f64> = self
+            .records
+            .iter()
+            .filter(|r| !kept || !r.rolled_back)
+            .filter_map(|r| r.efficiency)
+            .collect();
+        (!values.is_empty()).then(|| values.iter().sum::<f64>() / values.len() as f64)
+    }
+
+    /// Mean seconds of a predicted step over the median full step.
+    fn cost_ratio(&self) -> Option<f64> {
+        let predicted: Vec<f64> = self.records.iter().filter(|r| r.predicted).map(|r| r.seconds).collect();
+        let mut full: Vec<f64> = self.records.iter().filter(|r| !r.predicted).map(|r| r.seconds).collect();
+        if predicted.is_empty() || full.is_empty() {
+            return None;
+        }
+        full.sort_by(f64::total_cmp);
+        let median = full[full.len() / 2];
+        (median > 0.0).then(|| predicted.iter().sum::<f64>() / predicted.len() as f64 / median)
     }
 
     fn final_loss(&self) -> f64 {
@@ -109,18 +176,20 @@ impl RunResult {
     fn reached(&self, target: f64) -> Option<(usize, f64)> {
         self.evaluations.iter().find(|e| e.2 <= target).map(|e| (e.0, e.1))
     }
+}
 
-    fn peak_in_use(&self) -> Option<u64> {
-        self.records.iter().filter_map(|r| r.memory.map(|m| m.bytes_in_use)).max()
+/// Mean, min and max.
+fn spread(values: &[f64]) -> String {
+    if values.is_empty() {
+        return "–".into();
     }
-
-    /// Median seconds of steps with (`false`) or without (`true`) a backward pass.
-    fn median_step(&self, predicted: bool, skip: usize) -> Option<f64> {
-        let mut times: Vec<f64> =
-            self.records.iter().filter(|r| r.predicted == predicted).skip(skip).map(|r| r.seconds).collect();
-        times.sort_by(f64::total_cmp);
-        (!times.is_empty()).then(|| times[times.len() / 2])
+    let mean = values.iter().sum::<f64>() / values.len() as f64;
+    if values.len() == 1 {
+        return format!("{mean:.4}");
     }
+    let min = values.iter().copied().fold(f64::INFINITY, f64::min);
+    let max = values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    format!("{mean:.4} ({min:.4}–{max:.4})")
 }
 
 struct Bench {
@@ -134,32 +203,51 @@ impl BackendJob for Bench {
     type Output = Result<(), String>;
 
     fn run<B: TrainBackend>(self, device: B::Device) -> Self::Output {
-        let warmup = self.train::<B>(&device, "warm-up", HybridConfig::all_full(), 2, false)?;
-        drop(warmup);
-        let full = self.train::<B>(&device, "all-full", HybridConfig::all_full(), self.args.steps, true)?;
-        let hybrid = self.train::<B>(
-            &device,
-            "hybrid",
-            HybridConfig::default().with_seed(self.args.seed),
-            self.args.steps,
-            true,
-        )?;
-        self.report::<B>(&device, &full, &hybrid);
+        let seed = self.args.seeds[0];
+        drop(self.train::<B>(&device, RunKind::Full, seed, 2, None, false)?);
+        let mut results: Vec<(u64, Vec<RunResult>)> = Vec::new();
+        for &seed in &self.args.seeds {
+            let mut runs: Vec<RunResult> = Vec::new();
+            for &kind in &self.args.runs {
+                let steps = match kind {
+                    RunKind::Short => ((self.args.steps as f64 * self.args.short_fraction).round() as usize).max(1),
+                    _ => self.args.steps,
+                };
+                let replay = match kind {
+                    RunKind::Skip => Some(
+                        runs.iter()
+                            .find(|r| r.kind == RunKind::Hybrid)
+                            .ok_or("the skip run replays the hybrid run: list hybrid before skip")?
+                            .records
+                            .iter()
+                            .map(|r| r.predicted)
+                            .collect::<Vec<bool>>(),
+                    ),
+                    _ => None,
+                };
+                runs.push(self.train::<B>(&device, kind, seed, steps, replay.as_deref(), true)?);
+            }
+            results.push((seed, runs));
+        }
+        self.report::<B>(&device, &results);
         Ok(())
     }
 }
 
 impl Bench {
+    /// One run of `kind` over `steps` steps from the seed's weights and batches; `skipped`
+    /// marks the steps the skip ablation passes over.
     fn train<B: TrainBackend>(
         &self,
         device: &B::Device,
-        label: &'static str,
-        config: HybridConfig,
+        kind: RunKind,
+        seed: u64,
         steps: usize,
+        skipped: Option<&[bool]>,
         evaluate: bool,
     ) -> Result<RunResult, String> {
         let args = &self.args;
-        B::seed(device, args.seed);
+        B::seed(device, seed);
         let model: Gpt2<B> = self.config.init(device);
         let optimizer = AdamWConfig::new()
             .with_weight_decay(0.1)
@@ -171,10 +259,19 @@ impl Bench {
             total_steps: steps,
             min_lr: args.lr / 10.0,
         };
+        let config = match kind {
+            RunKind::Hybrid => HybridConfig::default().with_seed(seed),
+            _ => HybridConfig::all_full().with_seed(seed),
+        };
         let mut trainer = HybridTrainer::new(model, optimizer, config, lr, device.clone())
             .map_err(|e| e.to_string())?;
-        let mut sampler = WindowSampler::new(args.batch, args.seq, args.seed).map_err(|e| e.to_string())?;
-        let mut result = RunResult { label, records: Vec::with_capacity(steps), evaluations: Vec::new() };
+        if let Some(dir) = args.metrics.as_ref().filter(|_| evaluate) {
+            std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+            let name = format!("{kind:?}-seed{seed}.jsonl").to_lowercase();
+            trainer = trainer.with_metrics(dir.join(name)).map_err(|e| e.to_string())?;
+        }
+        let mut sampler = WindowSampler::new(args.batch, args.seq, seed).map_err(|e| e.to_string())?;
+        let mut result = RunResult { kind, records: Vec::with_capacity(steps), skipped: 0, evaluations: Vec::new() };
         let evaluate_now = |trainer: &HybridTrainer<B, Gpt2<B>, _, _>| -> f64 {
             trainer.model().valid().evaluate(&self.validation, device)
         };
@@ -182,90 +279,118 @@ impl Bench {
             result.evaluations.push((0, 0.0, evaluate_now(&trainer)));
         }
         let started = Instant::now();
-        // Only verified weights are evaluated: an evaluation due inside a predict block
-        // waits for the block to close, and the last step closes an open one.
-        let mut evaluation_due = false;
         for step in 1..=steps {
             let batch = sampler.sample(self.data.train(), Split::Train).map_err(|e| e.to_string())?;
-            let record = trainer.step(batch.to_device::<B>(device)).map_err(|e| e.to_string())?;
-            result.records.push(record);
-            evaluation_due |= evaluate && step % args.eval_every == 0;
-            if step == steps {
-                trainer
-                    .finish_block(|model| model.valid().evaluate(&self.validation, device))
-                    .map_err(|e| e.to_string())?;
-                evaluation_due = evaluate;
+            if skipped.is_some_and(|mask| mask.get(step - 1).copied().unwrap_or(false)) {
+                trainer.skip_step();
+                result.skipped += 1;
+            } else {
+                let record = trainer.step(batch.to_device::<B>(device)).map_err(|e| e.to_string())?;
+                result.records.push(record);
             }
-            if evaluation_due && trainer.can_checkpoint() {
-                evaluation_due = false;
+            if evaluate && (step % args.eval_every == 0 || step == steps) {
                 let loss = evaluate_now(&trainer);
                 result.evaluations.push((step, result.train_seconds(), loss));
                 eprintln!(
-                    "{label:>8} step {step:>5}/{steps}: val loss {loss:.4}, train {:.1} s, {:.0}% predicted",
+                    "seed {seed} {:>16} step {step:>5}/{steps}: val loss {loss:.4}, train {:.1} s, {:.0}% predicted",
+                    kind.label(),
                     result.train_seconds(),
                     result.predicted_share() * 100.0
                 );
             }
         }
         if !evaluate {
-            eprintln!("{label}: {steps} steps in {:.1} s", started.elapsed().as_secs_f64());
+            eprintln!("warm-up: {steps} steps in {:.1} s", started.elapsed().as_secs_f64());
         }
         Ok(result)
     }
 
-    fn report<B: TrainBackend>(&self, device: &B::Device, full: &RunResult, hybrid: &RunResult) {
+    fn report<B: TrainBackend>(&self, device: &B::Device, results: &[(u64, Vec<RunResult>)]) {
         let args = &self.args;
-        let target = args.target_loss.unwrap_or(full.final_loss() * (1.0 + args.target_slack));
         println!(
-            "\n{}, {}: {} parameters, batch {} × {} tokens, {} steps, peak lr {}\n",
+            "\n{}, {}: {} parameters, batch {} × {} tokens, {} steps, peak lr {}, seeds {:?}\n",
             B::name(device),
             args.preset,
             self.config.parameter_count(),
             args.batch,
             args.seq,
             args.steps,
-            args.lr
+            args.lr,
+            args.seeds,
         );
-        let seconds = |v: Option<f64>| v.map_or("–".into(), |s| format!("{:.4}", s));
-        let full_step = hybrid.median_step(false, args.skip);
-        let predict_step = hybrid.median_step(true, args.skip);
-        println!(
-            "step cost (hybrid run, medians): full {} s, predicted {} s, ratio {}\n",
-            seconds(full_step),
-            seconds(predict_step),
-            match (predict_step, full_step) {
-                (Some(p), Some(f)) if f > 0.0 => format!("{:.3}", p / f),
-                _ => "–".into(),
+        println!("Per seed (target: the seed's all-full final loss × {}):\n", 1.0 + args.target_slack);
+        println!("| seed | run | steps | val loss | train s | s to target | × full's | predicted | c | e kept (all) | blocks kept / rolled back |");
+        println!("|---|---|---|---|---|---|---|---|---|---|---|");
+        for (seed, runs) in results {
+            let full = runs.iter().find(|r| r.kind == RunKind::Full);
+            let target = full.map(|f| f.final_loss() * (1.0 + args.target_slack));
+            let full_time = full.zip(target).and_then(|(f, t)| f.reached(t)).map(|r| r.1);
+            for run in runs {
+                let reached = target.and_then(|t| run.reached(t));
+                let (kept, rolled) = run.blocks();
+                println!(
+                    "| {seed} | {} | {} | {:.4} | {:.1} | {} | {} | {:.0}% | {} | {} | {} |",
+                    run.kind.label(),
+                    run.steps(),
+                    run.final_loss(),
+                    run.train_seconds(),
+                    reached.map_or("not reached".into(), |r| format!("{:.1}", r.1)),
+                    match (reached, full_time) {
+                        (Some(r), Some(f)) if f > 0.0 => format!("{:.2}", r.1 / f),
+                        _ => "–".into(),
+                    },
+                    run.predicted_share() * 100.0,
+                    run.cost_ratio().map_or("–".into(), |c| format!("{c:.3}")),
+                    match (run.efficiency(true), run.efficiency(false)) {
+                        (None, None) => "–".into(),
+                        (kept, all) => format!(
+                            "{} ({})",
+                            kept.map_or("–".into(), |e| format!("{e:.2}")),
+                            all.map_or("–".into(), |e| format!("{e:.2}"))
+                        ),
+                    },
+                    if run.kind == RunKind::Hybrid { format!("{kept} / {rolled}") } else { "–".into() },
+                );
             }
-        );
-        println!("target validation loss: {target:.4}\n");
-        println!("| run | val loss | train s | tokens/s | predicted | rollbacks | steps to target | s to target | peak in use |");
-        println!("|---|---|---|---|---|---|---|---|---|");
-        for run in [full, hybrid] {
-            let tokens: usize = run.records.iter().map(|r| r.items).sum();
-            let (steps_to, seconds_to) = match run.reached(target) {
-                Some((step, s)) => (step.to_string(), format!("{s:.1}")),
-                None => ("not reached".into(), "–".into()),
-            };
-            println!(
-                "| {} | {:.4} | {:.1} | {:.0} | {:.0}% | {} | {} | {} | {} |",
-                run.label,
-                run.final_loss(),
-                run.train_seconds(),
-                tokens as f64 / run.train_seconds().max(1e-9),
-                run.predicted_share() * 100.0,
-                run.rollbacks(),
-                steps_to,
-                seconds_to,
-                run.peak_in_use().map_or("–".into(), |b| format_bytes(b as f64)),
-            );
         }
-        if let (Some((_, f)), Some((_, h))) = (full.reached(target), hybrid.reached(target)) {
-            println!("\nhybrid reached the target in {:.2}× the baseline's training time", h / f);
+        println!("\nOver the seeds (mean, and min–max):\n");
+        println!("| run | val loss | val loss / full's | train s | time to target / full's | reached |");
+        println!("|---|---|---|---|---|---|");
+        for &kind in &args.runs {
+            let mut losses = Vec::new();
+            let mut relative = Vec::new();
+            let mut seconds = Vec::new();
+            let mut times = Vec::new();
+            let mut reached = 0;
+            for (_, runs) in results {
+                let Some(run) = runs.iter().find(|r| r.kind == kind) else { continue };
+                let full = runs.iter().find(|r| r.kind == RunKind::Full);
+                losses.push(run.final_loss());
+                seconds.push(run.train_seconds());
+                if let Some(full) = full {
+                    relative.push(run.final_loss() / full.final_loss());
+                    let target = full.final_loss() * (1.0 + args.target_slack);
+                    if let (Some(r), Some(f)) = (run.reached(target), full.reached(target)) {
+                        reached += 1;
+                        if f.1 > 0.0 {
+                            times.push(r.1 / f.1);
+                        }
+                    }
+                }
+            }
+            println!(
+                "| {} | {} | {} | {} | {} | {}/{} |",
+                kind.label(),
+                spread(&losses),
+                spread(&relative),
+                spread(&seconds),
+                spread(&times),
+                reached,
+                losses.len()
+            );
         }
     }
 }
-
 fn main() {
     let args = Args::parse();
     if let Err(message) = run(args) {
@@ -277,6 +402,12 @@ fn main() {
 fn run(args: Args) -> Result<(), String> {
     if args.steps == 0 || args.eval_every == 0 {
         return Err("--steps and --eval-every must be at least 1".into());
+    }
+    if args.seeds.is_empty() || args.runs.is_empty() {
+        return Err("--seeds and --runs need at least one value each".into());
+    }
+    if !(args.short_fraction > 0.0 && args.short_fraction <= 1.0) {
+        return Err(format!("--short-fraction must be in (0, 1], got {}", args.short_fraction));
     }
     let config = Gpt2Config::preset(&args.preset).map_err(|e| e.to_string())?;
     if args.seq > config.context {

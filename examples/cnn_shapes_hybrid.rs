@@ -80,7 +80,7 @@ struct Args {
     /// Batches of held-out images per validation.
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..))]
     eval_batches: u64,
-    /// Checkpoint every this many steps (between predict blocks) and at the end.
+    /// Checkpoint every this many steps and at the end.
     #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..))]
     checkpoint_every: u64,
     #[arg(long, default_value_t = 42)]

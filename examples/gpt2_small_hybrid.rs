@@ -85,7 +85,7 @@ struct Args {
     /// Batches per validation.
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..))]
     eval_batches: u64,
-    /// Checkpoint every this many steps (between predict blocks) and at the end.
+    /// Checkpoint every this many steps and at the end.
     #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..))]
     checkpoint_every: u64,
     /// Compute the loss this many tokens at a time, never building the full

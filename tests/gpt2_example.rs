@@ -70,7 +70,7 @@ fn both_modes_run_end_to_end_write_their_files_and_resume() {
     let summary = String::from_utf8_lossy(&full.stdout);
     assert!(summary.contains("validation loss") && summary.contains("checkpoint of step 6"), "{}", text(&full));
 
-    // Hybrid on the real CubeCL runtime, with a short warmup so that predicted steps happen.
+    // Hybrid on the real CubeCL runtime, with a short warmup so that predict blocks happen.
     let hybrid = tiny_run(&out, &["--mode", "hybrid", "--steps", "12", "--warmup", "3"]);
     assert!(hybrid.status.success(), "{}", text(&hybrid));
     let records: Vec<serde_json::Value> = fs::read_to_string(out.join("metrics-hybrid.jsonl"))
@@ -79,7 +79,8 @@ fn both_modes_run_end_to_end_write_their_files_and_resume() {
         .map(|line| serde_json::from_str(line).unwrap())
         .collect();
     assert_eq!(records.len(), 12);
-    assert!(records.iter().any(|r| r["predicted"] == true), "a hybrid run predicts steps:\n{}", text(&hybrid));
+    // A block was judged on the runtime (kept or rolled back, its probe gain recorded).
+    assert!(records.iter().any(|r| r.get("gain").is_some()), "a hybrid run tries predict blocks:\n{}", text(&hybrid));
     // Whatever phase step 12 fell in, the run ends validated and saved at step 12.
     let summary = String::from_utf8_lossy(&hybrid.stdout);
     assert!(summary.contains("checkpoint of step 12"), "the last step is saved:\n{}", text(&hybrid));

@@ -15,7 +15,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use leanburn::memory::{format_bytes, LeakDetector, MemoryProbe, PoolHealth};
 use leanburn::select::{BackendJob, Checkpointing, Selection, TrainBackend};
 use leanburn::trainer::{
-    BlockEnd, ExecutionConfig, ForwardLoss, HybridBatch, HybridConfig, HybridTrainer, LrSchedule, Precision, PrecisionConfig,
+    ExecutionConfig, ForwardLoss, HybridBatch, HybridConfig, HybridTrainer, LrSchedule, Precision, PrecisionConfig,
     StepLoss, StepRecord, TrainerError, TrainerStatistics, TrimPolicy,
 };
 use plotters::prelude::*;
@@ -301,9 +301,9 @@ pub struct LoopOutcome {
 /// Trains from the trainer's current step up to `settings.steps`, drawing host batches
 /// from `next_batch` (`accumulation_steps` of them per step, moved to the device one at a
 /// time by `to_device`) and validating with `validate`: a progress bar, the validation CSV in
-/// `files` (header written for a new run), checkpoints between predict blocks; validations
-/// and checkpoints due inside a block wait for it to close, and the last step closes an
-/// open block (kept only if it validates lower) so the run ends validated and saved.
+/// `files` (header written for a new run), checkpoints; the last step is always validated
+/// and saved. The weights are verified at every step (a predict block's jump is judged
+/// within the step that makes it), so nothing waits for a block to close.
 pub fn train_loop<B, M, O, T, H>(
     trainer: &mut HybridTrainer<B, M, O, T>,
     files: &RunFiles,
@@ -360,9 +360,6 @@ where
 
     let micro_batches = trainer.execution().accumulation_steps;
     let mut last_loss = None;
-    // A validation or checkpoint that falls inside a predict block waits for the block to
-    // close: both must see verified weights.
-    let (mut validation_due, mut checkpoint_due) = (false, false);
     for step in first + 1..=settings.steps {
         let batches = (0..micro_batches).map(|_| next_batch()).collect::<Result<Vec<H>, Failure>>()?;
         let record = trainer.step_accumulated(batches.into_iter().map(&to_device)).map_err(|e| broke(format!("step {step}: {e}")))?;
@@ -370,10 +367,7 @@ where
         outcome.train_seconds += record.seconds;
         outcome.items_seen += record.items;
         if let Some(memory) = record.memory {
-            // Judged between predict blocks only: inside one, the rollback snapshot (one
-            // copy of the weights) is live, and a 50-step window cut across that sawtooth
-            // fits a slope where nothing leaks.
-            if step > first + warmup && trainer.can_checkpoint() {
+            if step > first + warmup {
                 outcome.detector.record(step as u64, memory.bytes_in_use);
             }
             if outcome.pool.observe(memory) {
@@ -392,41 +386,9 @@ where
         progress.inc(1);
         outcome.records.push(record);
 
-        validation_due |= step % settings.eval_every == 0;
-        checkpoint_due |= step % settings.checkpoint_every == 0;
-        let mut probed = None;
-        if step == settings.steps {
-            // The run ends on verified weights: an open block stays only if it validates
-            // lower than the weights it started from.
-            let mut validations = Vec::new();
-            let end = trainer
-                .finish_block(|model| {
-                    let validation = validate(model);
-                    validations.push(validation);
-                    validation.loss
-                })
-                .map_err(|e| broke(format!("step {step}: {e}")))?;
-            probed = match end {
-                BlockEnd::NoneOpen => None,
-                BlockEnd::Kept { .. } => validations.first().copied(),
-                BlockEnd::RolledBack { after, before } => {
-                    progress.suspend(|| {
-                        eprintln!(
-                            "step {step:>5}: the open predict block validated at {after:.4}, not below its start \
-                             ({before:.4}): rolled back"
-                        )
-                    });
-                    validations.get(1).copied()
-                }
-            };
-            (validation_due, checkpoint_due) = (true, true);
-        }
-        if !trainer.can_checkpoint() {
-            continue;
-        }
-        if validation_due {
-            validation_due = false;
-            let validation = probed.unwrap_or_else(|| validate(trainer.model()));
+        let last = step == settings.steps;
+        if last || step % settings.eval_every == 0 {
+            let validation = validate(trainer.model());
             log_line(&mut log, step, outcome.train_seconds, validation)?;
             // Printed whether or not the bar is drawn (it is hidden when stderr is no terminal).
             progress.suspend(|| {
@@ -438,8 +400,7 @@ where
             });
             outcome.validation = Some(validation);
         }
-        if checkpoint_due {
-            checkpoint_due = false;
+        if last || step % settings.checkpoint_every == 0 {
             let path = trainer.save_checkpoint(&files.checkpoints).map_err(|e| broke(e.to_string()))?;
             outcome.last_checkpoint = Some((step, path));
         }
@@ -472,7 +433,7 @@ pub fn summary(title: &str, stats: &TrainerStatistics, outcome: &LoopOutcome, fi
     }
     if let (Some(peak), Some(last)) = (stats.peak_bytes_in_use, final_in_use) {
         text += &format!(
-            "device memory in use: peak {}, final {}; after warmup, between predict blocks: {}\n",
+            "device memory in use: peak {}, final {}; after warmup: {}\n",
             format_bytes(peak as f64),
             format_bytes(last as f64),
             outcome.detector.report()

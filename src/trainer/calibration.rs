@@ -1,146 +1,103 @@
-//! How measurements move the scale and the confidence.
+//! How a verified block moves the confidence and the scale.
 //!
 //! Pure functions of numbers, so the rules are stated (and tested) in one place:
 //!
-//! - **Confidence** is a running blend of measured cosines: `c ← ½·c + ½·max(cos, 0)`.
-//!   Anti-aligned predictions count as zero, not as negative evidence twice.
-//! - **Scale.** The multiplier that makes `s·lr·m` closest (least squares) to the real
-//!   update `Δ` is `s* = cos · ‖Δ‖ / ‖lr·m‖`. One noisy step should not set the scale, so
-//!   it moves half way there in log space, `s ← √(s·s*)`; a non-positive `s*` (the
-//!   prediction pointed the wrong way) halves it instead. Always within
-//!   `[min_scale, max_scale]`.
-//! - **Rollback** halves both the confidence and the scale (not below `min_scale`).
+//! - **Evidence** of a kept block is its efficiency (verified gain over what its full
+//!   steps would have gained), clamped to `[0, 1]` (1 without a known pace); a rejected
+//!   block bought nothing and counts 0, however near it came.
+//! - **Confidence** is a running blend of evidence, `c ← ½·c + ½·evidence`; a re-probe
+//!   (a block tried while prediction was off) replaces it outright, so one good block
+//!   turns prediction back on and one poor one leaves it off.
+//! - **Scale** grows by a quarter (up to `max_scale`) after a kept block whose efficiency
+//!   reached `hold_efficiency`, and halves (down to `min_scale`) after a rollback.
 
 use super::config::HybridConfig;
-use super::params::Alignment;
+use super::guard::BlockVerdict;
 
-/// The confidence after a measurement with this cosine.
-pub fn blended_confidence(confidence: f64, cosine: f64) -> f64 {
-    let evidence = if cosine.is_finite() {
-        cosine.max(0.0)
-    } else {
-        0.0
-    };
-    (0.5 * confidence + 0.5 * evidence).clamp(0.0, 1.0)
+/// What a block counts for in the confidence, in `[0, 1]`.
+pub fn evidence(verdict: &BlockVerdict) -> f64 {
+    if !verdict.keep {
+        return 0.0;
+    }
+    match verdict.efficiency {
+        Some(efficiency) if efficiency.is_finite() => efficiency.clamp(0.0, 1.0),
+        _ => 1.0,
+    }
 }
 
-/// The scale after comparing the real update with the applied prediction.
-///
-/// `alignment.norm_ratio` is `‖Δ‖ / ‖scale·lr·m‖`, the ratio to what was (or would have
-/// been) applied.
-pub fn calibrated_scale(scale: f64, alignment: Alignment, config: &HybridConfig) -> f64 {
-    let optimal = scale * alignment.cosine * alignment.norm_ratio;
-    let next = if optimal.is_finite() && optimal > 0.0 {
-        (scale * optimal).sqrt()
+/// The confidence after a verified block; `reprobe` when prediction was off before it.
+pub fn confidence_after(confidence: f64, verdict: &BlockVerdict, reprobe: bool) -> f64 {
+    let evidence = evidence(verdict);
+    if reprobe {
+        evidence
     } else {
+        (0.5 * confidence + 0.5 * evidence).clamp(0.0, 1.0)
+    }
+}
+
+/// The scale after a verified block.
+pub fn scale_after(scale: f64, verdict: &BlockVerdict, config: &HybridConfig) -> f64 {
+    let next = if !verdict.keep {
         scale * 0.5
+    } else if verdict.efficiency.is_some_and(|e| e >= config.hold_efficiency) {
+        scale * 1.25
+    } else {
+        scale
     };
     next.clamp(config.min_scale, config.max_scale)
-}
-
-/// The confidence and scale after a rollback.
-pub fn after_rollback(confidence: f64, scale: f64, config: &HybridConfig) -> (f64, f64) {
-    (
-        confidence * 0.5,
-        (scale * 0.5).clamp(config.min_scale, config.max_scale),
-    )
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::trainer::guard::RollbackReason;
 
-    fn config() -> HybridConfig {
-        HybridConfig::default()
+    fn kept(efficiency: Option<f64>, gain: f64) -> BlockVerdict {
+        BlockVerdict { keep: true, gain, efficiency, reason: None }
+    }
+
+    fn rolled_back(efficiency: Option<f64>, gain: f64) -> BlockVerdict {
+        BlockVerdict {
+            keep: false,
+            gain,
+            efficiency,
+            reason: Some(RollbackReason::TooLittleGain { gain, required: 0.0 }),
+        }
+    }
+
+    #[test]
+    fn evidence_is_a_kept_blocks_efficiency_clamped_to_the_unit_interval() {
+        assert_eq!(evidence(&kept(Some(0.4), 0.1)), 0.4);
+        assert_eq!(evidence(&kept(Some(3.0), 0.1)), 1.0);
+        assert_eq!(evidence(&kept(None, 0.1)), 1.0, "kept without a pace");
+        assert_eq!(evidence(&rolled_back(Some(-2.0), -0.1)), 0.0);
+        assert_eq!(evidence(&rolled_back(Some(0.9), 0.09)), 0.0, "a near miss bought nothing");
+        assert_eq!(evidence(&rolled_back(None, -0.1)), 0.0);
+        assert_eq!(evidence(&rolled_back(Some(f64::NAN), f64::NAN)), 0.0);
+    }
+
+    #[test]
+    fn confidence_blends_and_a_reprobe_replaces_it() {
+        assert_eq!(confidence_after(0.5, &kept(Some(1.0), 0.1), false), 0.75);
+        assert_eq!(confidence_after(0.5, &rolled_back(Some(0.0), 0.0), false), 0.25);
+        // Two worthless blocks in a row take the default 0.5 below the default gate 0.25.
+        let once = confidence_after(0.5, &rolled_back(Some(0.0), 0.0), false);
+        assert!(confidence_after(once, &rolled_back(Some(0.0), 0.0), false) < 0.25);
+        assert_eq!(confidence_after(0.1, &kept(Some(0.8), 0.1), true), 0.8);
+        assert_eq!(confidence_after(0.9, &rolled_back(Some(0.1), 0.01), true), 0.0);
+    }
+
+    #[test]
+    fn scale_grows_on_efficient_blocks_and_halves_on_rollbacks_within_bounds() {
+        let config = HybridConfig::default()
             .with_min_scale(0.1)
             .with_max_scale(2.0)
-    }
-
-    #[test]
-    fn confidence_blends_towards_the_cosine() {
-        assert_eq!(blended_confidence(0.5, 1.0), 0.75);
-        assert_eq!(blended_confidence(0.5, -0.8), 0.25);
-        assert_eq!(blended_confidence(0.5, f64::NAN), 0.25);
-    }
-
-    #[test]
-    fn a_perfect_prediction_keeps_the_scale() {
-        let scale = calibrated_scale(
-            1.0,
-            Alignment {
-                cosine: 1.0,
-                norm_ratio: 1.0,
-            },
-            &config(),
-        );
-        assert!((scale - 1.0).abs() < 1e-12);
-    }
-
-    #[test]
-    fn the_scale_moves_half_way_in_log_space() {
-        // The real update was four times what was applied: s* = 4, s ← √(1·4) = 2.
-        let scale = calibrated_scale(
-            1.0,
-            Alignment {
-                cosine: 1.0,
-                norm_ratio: 4.0,
-            },
-            &config(),
-        );
-        assert!((scale - 2.0).abs() < 1e-12);
-        // A quarter: s* = 0.25, s ← 0.5.
-        let scale = calibrated_scale(
-            1.0,
-            Alignment {
-                cosine: 1.0,
-                norm_ratio: 0.25,
-            },
-            &config(),
-        );
-        assert!((scale - 0.5).abs() < 1e-12);
-    }
-
-    #[test]
-    fn a_wrong_direction_halves_the_scale_within_bounds() {
-        let config = config();
-        assert_eq!(
-            calibrated_scale(
-                1.0,
-                Alignment {
-                    cosine: -0.5,
-                    norm_ratio: 1.0
-                },
-                &config
-            ),
-            0.5
-        );
-        assert_eq!(
-            calibrated_scale(
-                0.15,
-                Alignment {
-                    cosine: 0.0,
-                    norm_ratio: 1.0
-                },
-                &config
-            ),
-            0.1
-        );
-        assert_eq!(
-            calibrated_scale(
-                1.9,
-                Alignment {
-                    cosine: 1.0,
-                    norm_ratio: 100.0
-                },
-                &config
-            ),
-            2.0
-        );
-    }
-
-    #[test]
-    fn rollback_halves_both() {
-        assert_eq!(after_rollback(0.6, 1.0, &config()), (0.3, 0.5));
-        assert_eq!(after_rollback(0.6, 0.15, &config()), (0.3, 0.1));
+            .with_hold_efficiency(0.5);
+        assert_eq!(scale_after(1.0, &kept(Some(0.6), 0.1), &config), 1.25);
+        assert_eq!(scale_after(1.0, &kept(Some(0.3), 0.1), &config), 1.0);
+        assert_eq!(scale_after(1.0, &kept(None, 0.1), &config), 1.0);
+        assert_eq!(scale_after(1.0, &rolled_back(Some(0.1), 0.01), &config), 0.5);
+        assert_eq!(scale_after(1.9, &kept(Some(0.9), 0.1), &config), 2.0);
+        assert_eq!(scale_after(0.15, &rolled_back(None, -1.0), &config), 0.1);
     }
 }

@@ -45,8 +45,16 @@ const LATEST_FILE: &str = "latest";
 const PREFIX: &str = "ckpt-";
 const TMP_SUFFIX: &str = ".tmp";
 
-/// Version of the `trainer.json` layout.
-pub const STATE_FORMAT: u32 = 1;
+/// Version of the `trainer.json` layout. 2: predict blocks verified by a paired probe
+/// (`min_gain`, `hold_efficiency`, `reprobe_steps`; the guard keeps the recent pace).
+pub const STATE_FORMAT: u32 = 2;
+
+/// The layout version alone, read before the rest so that an older layout is named as
+/// such rather than reported as corrupt.
+#[derive(Deserialize)]
+struct StateFormat {
+    format: u32,
+}
 
 /// Everything about the trainer that is not a tensor, as stored in `trainer.json`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -248,18 +256,17 @@ pub fn load_latest(dir: &Path) -> Result<(PathBuf, CheckpointPayload), TrainerEr
     let optimizer = read_part(&checkpoint, OPTIMIZER_FILE)?;
     let trainer = read_part(&checkpoint, TRAINER_BIN_FILE)?;
     let state_bytes = read_part(&checkpoint, STATE_FILE)?;
-    let state: TrainerState = serde_json::from_slice(&state_bytes).map_err(|err| {
+    let corrupt = |err: serde_json::Error| {
         TrainerError::checkpoint(&checkpoint, format!("{STATE_FILE} is corrupt: {err}"))
-    })?;
-    if state.format != STATE_FORMAT {
+    };
+    let StateFormat { format } = serde_json::from_slice(&state_bytes).map_err(corrupt)?;
+    if format != STATE_FORMAT {
         return Err(TrainerError::checkpoint(
             &checkpoint,
-            format!(
-                "{STATE_FILE} has format {}, this build reads {STATE_FORMAT}",
-                state.format
-            ),
+            format!("{STATE_FILE} has format {format}, this build reads {STATE_FORMAT}"),
         ));
     }
+    let state: TrainerState = serde_json::from_slice(&state_bytes).map_err(corrupt)?;
     if state.step != step {
         return Err(TrainerError::checkpoint(
             &checkpoint,
@@ -385,6 +392,13 @@ mod tests {
         fs::write(path.join(STATE_FILE), b"{ not json").expect("write");
         let message = load_latest(&dir).expect_err("corrupt state").to_string();
         assert!(message.contains("trainer.json is corrupt"), "{message}");
+
+        // An older layout (its fields no longer parse) is named by its version.
+        let path = save(&dir, &payload(3), DEFAULT_KEEP).expect("save");
+        fs::write(path.join(STATE_FILE), br#"{"format": 1, "step": 3, "config": {"loss_tolerance": 0.1}}"#)
+            .expect("write");
+        let message = load_latest(&dir).expect_err("old format").to_string();
+        assert!(message.contains("has format 1, this build reads 2"), "{message}");
 
         fs::write(dir.join(LATEST_FILE), b"../elsewhere\n").expect("write");
         let message = load_latest(&dir).expect_err("bad latest").to_string();

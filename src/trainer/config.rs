@@ -47,38 +47,48 @@ pub struct HybridConfig {
     /// Full steps right after a predict block; the first of them calibrates the predictor
     /// against the real update. At least 1. Default 1.
     pub correct_steps: usize,
-    /// Predict steps in the first block. Default 3.
+    /// Predict steps in the first block. Default 4.
     pub initial_horizon: usize,
     /// Fewest predict steps in a block (after a rollback the horizon drops to this).
-    /// Default 1.
+    /// Default 2: a block's two probe forwards are paid once, whatever its length.
     pub min_horizon: usize,
-    /// Most predict steps in a block. Default 8.
+    /// Most predict steps in a block. Default 16.
     pub max_horizon: usize,
     /// Weight of the old average in the predictor's exponential moving average, in
     /// `[0, 1)`. Default 0.9.
     pub ema_decay: f64,
     /// Multiplier applied to the predicted update at first. Positive, finite. Default 1.0.
     pub initial_scale: f64,
-    /// Smallest multiplier calibration or rollback may set. Default 0.1.
+    /// Smallest multiplier a rollback may set. Default 0.1.
     pub min_scale: f64,
-    /// Largest multiplier calibration may set. Default 1.5.
+    /// Largest multiplier an efficient block may grow the scale to. Default 1.5.
     pub max_scale: f64,
-    /// A predict block starts only when the confidence is at least this, in `[0, 1]`.
-    /// Default 0.3.
+    /// A predict block starts only when the confidence (the running verified efficiency of
+    /// blocks) is at least this, in `[0, 1]`; below it prediction is off until a re-probe
+    /// (see [`reprobe_steps`](Self::reprobe_steps)). Default 0.25.
     pub min_confidence: f64,
-    /// Confidence before anything has been measured, in `[0, 1]`. Default 0.5.
+    /// Confidence before any block has been verified, in `[0, 1]`. Default 0.5.
     pub initial_confidence: f64,
-    /// A calibration whose cosine(actual, predicted) is at least this grows the horizon by
-    /// one; below it the horizon is halved. In `[-1, 1]`. Default 0.5.
-    pub hold_cosine: f64,
-    /// A predict step whose loss exceeds the running full-step loss by more than this
-    /// fraction (or is NaN/Inf) rolls the block back. Positive, finite. Default 0.10.
-    pub loss_tolerance: f64,
+    /// A kept block whose efficiency (its verified gain over what its `h` full steps would
+    /// have gained) is at least this doubles the horizon and grows the scale; a lower one
+    /// halves the horizon. Finite. Default 1.0.
+    pub hold_efficiency: f64,
+    /// The least verified gain a block must show to be kept, as a fraction of what its `h`
+    /// full steps would have gained at the recent pace of full-step losses. A block is
+    /// kept only if its probe loss is finite and fell by more than `min_gain ×` that
+    /// expected gain (by more than 0 while the pace is unknown). A negative value tolerates
+    /// a loss (and keeps every finite block while the pace is unknown): for tests and
+    /// ablations. Finite. Default 0.5.
+    pub min_gain: f64,
     /// Weight of the old value in the running full-step loss, in `[0, 1)`. Default 0.9.
     pub running_loss_decay: f64,
     /// Full steps forced after a rollback (0 still forces the one full step that follows).
     /// Default 10.
     pub cooldown_steps: usize,
+    /// With prediction off (confidence below `min_confidence`), a block of `min_horizon`
+    /// steps is tried anyway after this many full steps, and its efficiency replaces the
+    /// confidence; 0 never re-probes. Default 50.
+    pub reprobe_steps: usize,
     /// Where the rollback snapshot lives. Default [`SnapshotStore::Device`].
     pub snapshot: SnapshotStore,
     /// Element type of the predictor's state. Default [`PredictorPrecision::Full`].
@@ -94,19 +104,20 @@ impl Default for HybridConfig {
             warmup_steps: 20,
             full_steps: 2,
             correct_steps: 1,
-            initial_horizon: 3,
-            min_horizon: 1,
-            max_horizon: 8,
+            initial_horizon: 4,
+            min_horizon: 2,
+            max_horizon: 16,
             ema_decay: 0.9,
             initial_scale: 1.0,
             min_scale: 0.1,
             max_scale: 1.5,
-            min_confidence: 0.3,
+            min_confidence: 0.25,
             initial_confidence: 0.5,
-            hold_cosine: 0.5,
-            loss_tolerance: 0.10,
+            hold_efficiency: 1.0,
+            min_gain: 0.5,
             running_loss_decay: 0.9,
             cooldown_steps: 10,
+            reprobe_steps: 50,
             snapshot: SnapshotStore::Device,
             predictor_precision: PredictorPrecision::Full,
             seed: 0,
@@ -166,12 +177,12 @@ pub enum ConfigError {
     /// `initial_confidence` is outside `[0, 1]`.
     #[error("initial_confidence must be in [0, 1], got {0}")]
     InitialConfidence(f64),
-    /// `hold_cosine` is outside `[-1, 1]`.
-    #[error("hold_cosine must be in [-1, 1], got {0}")]
-    HoldCosine(f64),
-    /// `loss_tolerance` is not positive and finite.
-    #[error("loss_tolerance must be positive and finite, got {0}")]
-    LossTolerance(f64),
+    /// `hold_efficiency` is not finite.
+    #[error("hold_efficiency must be finite, got {0}")]
+    HoldEfficiency(f64),
+    /// `min_gain` is not finite.
+    #[error("min_gain must be finite, got {0}")]
+    MinGain(f64),
     /// `running_loss_decay` is outside `[0, 1)`.
     #[error("running_loss_decay must be in [0, 1), got {0}")]
     RunningLossDecay(f64),
@@ -280,11 +291,11 @@ impl HybridConfig {
         if !in_unit_closed(self.initial_confidence) {
             return Err(ConfigError::InitialConfidence(self.initial_confidence));
         }
-        if !(-1.0..=1.0).contains(&self.hold_cosine) {
-            return Err(ConfigError::HoldCosine(self.hold_cosine));
+        if !self.hold_efficiency.is_finite() {
+            return Err(ConfigError::HoldEfficiency(self.hold_efficiency));
         }
-        if !positive_finite(self.loss_tolerance) {
-            return Err(ConfigError::LossTolerance(self.loss_tolerance));
+        if !self.min_gain.is_finite() {
+            return Err(ConfigError::MinGain(self.min_gain));
         }
         if !in_unit_open(self.running_loss_decay) {
             return Err(ConfigError::RunningLossDecay(self.running_loss_decay));
@@ -377,15 +388,15 @@ impl HybridConfig {
         self
     }
 
-    /// Sets [`hold_cosine`](Self::hold_cosine).
-    pub fn with_hold_cosine(mut self, value: f64) -> Self {
-        self.hold_cosine = value;
+    /// Sets [`hold_efficiency`](Self::hold_efficiency).
+    pub fn with_hold_efficiency(mut self, value: f64) -> Self {
+        self.hold_efficiency = value;
         self
     }
 
-    /// Sets [`loss_tolerance`](Self::loss_tolerance).
-    pub fn with_loss_tolerance(mut self, value: f64) -> Self {
-        self.loss_tolerance = value;
+    /// Sets [`min_gain`](Self::min_gain).
+    pub fn with_min_gain(mut self, value: f64) -> Self {
+        self.min_gain = value;
         self
     }
 
@@ -398,6 +409,12 @@ impl HybridConfig {
     /// Sets [`cooldown_steps`](Self::cooldown_steps).
     pub fn with_cooldown_steps(mut self, value: usize) -> Self {
         self.cooldown_steps = value;
+        self
+    }
+
+    /// Sets [`reprobe_steps`](Self::reprobe_steps).
+    pub fn with_reprobe_steps(mut self, value: usize) -> Self {
+        self.reprobe_steps = value;
         self
     }
 
@@ -458,11 +475,11 @@ mod tests {
             Err(ConfigError::MinHorizon(0))
         );
         assert_eq!(
-            base.clone().with_initial_horizon(9).validate(),
+            base.clone().with_initial_horizon(17).validate(),
             Err(ConfigError::HorizonOrder {
-                min: 1,
-                initial: 9,
-                max: 8
+                min: 2,
+                initial: 17,
+                max: 16
             })
         );
         assert_eq!(
@@ -470,7 +487,7 @@ mod tests {
             Err(ConfigError::HorizonOrder {
                 min: 4,
                 initial: 3,
-                max: 8
+                max: 16
             })
         );
     }
@@ -521,7 +538,7 @@ mod tests {
     }
 
     #[test]
-    fn confidences_cosine_and_tolerance_are_bounded() {
+    fn confidences_efficiency_and_gain_are_bounded() {
         let base = HybridConfig::default();
         assert_eq!(
             base.clone().with_min_confidence(1.5).validate(),
@@ -531,18 +548,19 @@ mod tests {
             base.clone().with_initial_confidence(-0.5).validate(),
             Err(ConfigError::InitialConfidence(-0.5))
         );
-        assert_eq!(
-            base.clone().with_hold_cosine(1.5).validate(),
-            Err(ConfigError::HoldCosine(1.5))
-        );
-        assert_eq!(
-            base.clone().with_loss_tolerance(0.0).validate(),
-            Err(ConfigError::LossTolerance(0.0))
-        );
         assert!(matches!(
-            base.with_loss_tolerance(f64::INFINITY).validate(),
-            Err(ConfigError::LossTolerance(_))
+            base.clone().with_hold_efficiency(f64::NAN).validate(),
+            Err(ConfigError::HoldEfficiency(_))
         ));
+        assert!(matches!(
+            base.clone().with_min_gain(f64::NAN).validate(),
+            Err(ConfigError::MinGain(_))
+        ));
+        assert!(matches!(
+            base.clone().with_min_gain(f64::INFINITY).validate(),
+            Err(ConfigError::MinGain(_))
+        ));
+        assert!(base.with_min_gain(-1e9).validate().is_ok());
     }
 
     #[test]

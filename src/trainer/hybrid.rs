@@ -11,12 +11,12 @@ use burn::tensor::{DType, ElementConversion, FloatDType, Tensor};
 use burn::train::{InferenceStep, TrainOutput, TrainStep};
 
 use super::accumulation::MicroBatchGradients;
-use super::calibration::{after_rollback, blended_confidence, calibrated_scale};
+use super::calibration::{confidence_after, evidence, scale_after};
 use super::checkpoint::DEFAULT_KEEP;
 use super::config::HybridConfig;
 use super::error::TrainerError;
 use super::execution::ExecutionConfig;
-use super::guard::{GuardVerdict, LossGuard, RollbackReason};
+use super::guard::{LossGuard, RollbackReason};
 use super::loss_window::LossWindow;
 use super::lr::LrSchedule;
 use super::mixed::{self, CastParams};
@@ -30,12 +30,6 @@ use super::statistics::TrainerStatistics;
 use super::step::{ForwardLoss, HybridBatch, StepLoss};
 use crate::memory::MemoryProbe;
 
-/// The weights and learning-rate position at the start of the current predict block.
-pub(super) struct BlockStart<B: Backend> {
-    pub(super) snapshot: Snapshot<B>,
-    pub(super) optimizer_step: usize,
-}
-
 /// What a step's body hands back to [`HybridTrainer::step`].
 struct StepOutcome {
     /// `None` when the loss stayed on the device.
@@ -48,28 +42,11 @@ struct StepOutcome {
     loss_scale: Option<f64>,
     /// Whether the gradients overflowed and the update was skipped.
     overflow: bool,
-}
-
-/// How [`HybridTrainer::finish_block`] left the run.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub enum BlockEnd {
-    /// No predict block was open: nothing probed, nothing changed.
-    NoneOpen,
-    /// The block's weights probed lower than its starting weights and were kept.
-    Kept {
-        /// The probe loss on the block's weights (the weights now).
-        after: f64,
-        /// The probe loss on the weights the block started from.
-        before: f64,
-    },
-    /// The block's weights did not probe lower: the starting weights and learning-rate
-    /// position are back.
-    RolledBack {
-        /// The probe loss on the block's weights.
-        after: f64,
-        /// The probe loss on the weights the block started from (the weights now).
-        before: f64,
-    },
+    /// A block's verified gain and efficiency, on its first step.
+    gain: Option<f64>,
+    efficiency: Option<f64>,
+    /// A rejected block's first step that trained as a full step after all.
+    ran_full: bool,
 }
 
 /// Alternates full training steps with predicted ones; see the [module docs](super).
@@ -91,7 +68,6 @@ where
     pub(super) guard: LossGuard,
     pub(super) scale: f64,
     pub(super) confidence: f64,
-    pub(super) block: Option<BlockStart<B::InnerBackend>>,
     pub(super) awaiting_calibration: bool,
     pub(super) step: usize,
     pub(super) optimizer_step: usize,
@@ -136,10 +112,9 @@ where
             lr,
             schedule: PhaseSchedule::new(&config),
             predictor: UpdatePredictor::new(config.ema_decay, config.predictor_precision),
-            guard: LossGuard::new(config.running_loss_decay, config.loss_tolerance),
+            guard: LossGuard::new(config.running_loss_decay, config.min_gain),
             scale: config.initial_scale,
             confidence: config.initial_confidence,
-            block: None,
             awaiting_calibration: false,
             step: 0,
             optimizer_step: 0,
@@ -302,41 +277,15 @@ where
         &self.device
     }
 
-    /// Whether a checkpoint can be written now: not in the middle of a predict block,
-    /// where the weights are predictions the guard has not finished judging.
-    pub fn can_checkpoint(&self) -> bool {
-        self.block.is_none()
-    }
-
-    /// Closes an open predict block now, so that the weights are verified ones: before a
-    /// run ends, or wherever the caller must evaluate or save. `probe` gives a loss of a
-    /// model on data the caller holds fixed (a validation set, say, in eval mode); it is
-    /// called on the weights now and on the weights the block started from, and the block
-    /// is kept only if it probed strictly lower. Otherwise it is rolled back exactly as a
-    /// guard rejection would: weights, learning-rate position, cooldown. Either way
-    /// [`can_checkpoint`](Self::can_checkpoint) holds afterwards.
-    ///
-    /// Without an open block `probe` is not called.
-    pub fn finish_block(&mut self, mut probe: impl FnMut(&M) -> f64) -> Result<BlockEnd, TrainerError> {
-        let Some(block) = self.block.as_ref() else {
-            return Ok(BlockEnd::NoneOpen);
-        };
-        let model = self.model.as_ref().ok_or(TrainerError::ModelLost)?;
-        let after = probe(model);
-        let start = block.snapshot.clone().restore::<B, M>(model.clone());
-        let before = probe(&start);
-        drop(start);
-        if after < before {
-            self.block = None;
-            self.schedule.end_block(&self.config);
-            self.awaiting_calibration = true;
-            tracing::debug!(step = self.step, after, before, "predict block closed early and kept");
-            Ok(BlockEnd::Kept { after, before })
-        } else {
-            self.roll_back(RollbackReason::ProbeNotBetter { after, before })?;
-            self.statistics.rollbacks += 1;
-            Ok(BlockEnd::RolledBack { after, before })
-        }
+    /// Passes over one step without learning from it: the step counter and the
+    /// learning-rate position move on; the weights, the optimizer, the predictor and the
+    /// phase schedule stay as they are, and no record is written. `benches/trainer`'s
+    /// *skip* ablation replays a hybrid run's schedule this way, with its predicted steps
+    /// left out; a caller may also pass over a batch it cannot use while keeping the
+    /// schedule where a run with that batch would be.
+    pub fn skip_step(&mut self) {
+        self.step += 1;
+        self.optimizer_step += 1;
     }
 
     /// Totals so far, with the predictor's current size and the running loss.
@@ -401,6 +350,8 @@ where
             Phase::Predict => self.predict_step(micro_batches)?,
             _ => self.full_step(phase, micro_batches)?,
         };
+        // A rejected block's step trained as a full step: its record says so.
+        let phase = if outcome.ran_full { Phase::Full } else { phase };
         // A step that left its loss on the device does not wait for the device either:
         // its time is what the host spent queueing, and the reading step pays the rest.
         let synced = outcome.loss.is_some();
@@ -412,17 +363,13 @@ where
         let seconds = started.elapsed().as_secs_f64();
 
         if !outcome.rolled_back {
-            let gate = if self.predictor.is_ready() {
+            // No block while the predictor is empty or the learning rate still warms up.
+            let gate = if self.predictor.is_ready() && self.optimizer_step >= self.lr.warmup_steps() {
                 self.confidence
             } else {
                 f64::NAN
             };
             self.schedule.advance(&self.config, gate);
-        }
-        if phase == Phase::Predict && self.schedule.current() != Phase::Predict {
-            // The block is over: accepted (calibrate next) or already rolled back.
-            self.block = None;
-            self.awaiting_calibration = !outcome.rolled_back;
         }
         if self.execution.trims_after(self.step, phase, self.schedule.current()) {
             self.trim();
@@ -452,6 +399,8 @@ where
             norm_ratio: outcome.alignment.map(|a| a.norm_ratio),
             loss_scale: outcome.loss_scale,
             overflow: outcome.overflow,
+            gain: outcome.gain,
+            efficiency: outcome.efficiency,
         };
         self.step += 1;
         self.statistics.observe(&record);
@@ -506,15 +455,13 @@ where
         tracing::debug!(step = self.step, released = report.released_bytes(), "pool trimmed");
     }
 
-    /// Reads back the full-step losses still on the device and feeds them to the guard.
-    /// Returns their mean, `None` when there were none.
+    /// Reads back the full-step losses still on the device and feeds their mean to the
+    /// guard, at the middle of the schedule positions they were taken at (the last one
+    /// being the current position). Returns the mean, `None` when there were none.
     fn read_losses(&mut self) -> Option<f64> {
         let (mean, steps) = self.losses.read()?;
-        if mean.is_finite() {
-            for _ in 0..steps {
-                self.guard.observe_full(mean);
-            }
-        }
+        let position = self.optimizer_step.saturating_sub(steps.saturating_sub(1) / 2);
+        self.guard.observe_full(position, mean);
         Some(mean)
     }
 
@@ -608,6 +555,9 @@ where
                     alignment: None,
                     loss_scale,
                     overflow: true,
+                    gain: None,
+                    efficiency: None,
+                    ran_full: false,
                 });
             }
         }
@@ -652,79 +602,130 @@ where
             alignment,
             loss_scale,
             overflow: false,
+            gain: None,
+            efficiency: None,
+            ran_full: false,
         })
     }
 
-    /// Compares the real update with the prediction for this step, when the schedule
-    /// calls for it, and learns from the comparison:
-    ///
-    /// - the first correct step after a block calibrates scale, confidence and horizon;
-    /// - the last warmup/full step before the gate, while the confidence is below
-    ///   `min_confidence`, re-measures the confidence (otherwise a closed gate could
-    ///   never reopen).
+    /// On the first correct step after a kept block, compares the real update with the
+    /// prediction for this step and records the cosine and norm ratio. Diagnostic only:
+    /// the cosine mostly measures the optimizer's momentum (which carries the direction
+    /// from before the block into this step), so nothing is steered by it; blocks are
+    /// judged on their verified gain instead.
     fn measure_if_due(
         &mut self,
         phase: Phase,
         deltas: &ParamUpdates<B::InnerBackend>,
         lr: f64,
     ) -> Option<Alignment> {
-        let calibrating = phase == Phase::Correct && self.awaiting_calibration;
-        let probing = matches!(phase, Phase::Warmup | Phase::Full)
-            && self.schedule.is_last_of_phase()
-            && self.confidence < self.config.min_confidence;
-        if calibrating {
-            self.awaiting_calibration = false;
+        if !(phase == Phase::Correct && self.awaiting_calibration) {
+            return None;
         }
-        if !(calibrating || probing) || !self.predictor.is_ready() {
+        self.awaiting_calibration = false;
+        if !self.predictor.is_ready() {
             return None;
         }
         let predicted = self.predictor.predict(lr);
         let raw = params::alignment(deltas, &predicted)?;
         // Relative to what a predict step applies: scale · lr · m.
-        let alignment = Alignment {
+        Some(Alignment {
             cosine: raw.cosine,
             norm_ratio: raw.norm_ratio / self.scale,
-        };
-        self.confidence = blended_confidence(self.confidence, alignment.cosine);
-        if calibrating {
-            self.scale = calibrated_scale(self.scale, alignment, &self.config);
-            self.schedule.calibrate(&self.config, alignment.cosine);
-        }
-        Some(alignment)
+        })
     }
 
-    /// Applies the predicted update and runs the inner model forward over every
-    /// micro-batch for the loss; the autodiff graph is never touched.
+    /// A predict step. The block's first step applies the whole block's predicted
+    /// displacement at once, `scale · Σ lr · m` over its `h` steps, and verifies it: the
+    /// same micro-batches, in eval mode on the inner model, before and after the jump. The
+    /// guard keeps the jump only if it gained enough (see [`LossGuard::judge_block`]);
+    /// otherwise the block's starting weights are restored exactly and the step trains on
+    /// its micro-batches as a full step, so a rejected block costs its two probe forwards
+    /// and no progress. A kept block's other steps run nothing: the data and the
+    /// learning-rate position move on.
     fn predict_step(&mut self, micro_batches: impl ExactSizeIterator<Item = T>) -> Result<StepOutcome, TrainerError> {
-        // The guard compares with the running full-step loss: it must include every full
-        // step (normally read already, as the last step of its phase).
-        self.read_losses();
-        let model = self.model.take().ok_or(TrainerError::ModelLost)?;
-        if self.block.is_none() {
-            let snapshot = Snapshot::take(&model.valid(), self.config.snapshot);
-            self.statistics.snapshot_bytes = self.statistics.snapshot_bytes.max(snapshot.bytes());
-            self.block = Some(BlockStart {
-                snapshot,
-                optimizer_step: self.optimizer_step,
-            });
-        }
-
-        // Predicted steps advance the learning-rate schedule like real ones, so a long run
-        // follows the same schedule whatever share of it was predicted.
         let optimizer_step = self.optimizer_step;
         let lr = self.lr.at(optimizer_step);
-        let prediction = self.predictor.predict(lr);
+        let coasting = StepOutcome {
+            loss: None,
+            lr,
+            optimizer_step,
+            rolled_back: false,
+            alignment: None,
+            loss_scale: None,
+            overflow: false,
+            gain: None,
+            efficiency: None,
+            ran_full: false,
+        };
+        if !self.schedule.is_first_of_phase() {
+            micro_batches.for_each(drop);
+            self.optimizer_step += 1;
+            return Ok(coasting);
+        }
+        // The pace must include every full step (normally read already, as the last step
+        // of its phase).
+        self.read_losses();
+        let steps = self.schedule.steps_left();
+        let rates: f64 = (0..steps).map(|j| self.lr.at(optimizer_step + j)).sum();
+        // Probed twice, and trained on if the block is rejected.
+        let batches: Vec<T> = micro_batches.collect();
+
+        let model = self.model.take().ok_or(TrainerError::ModelLost)?;
+        let snapshot = Snapshot::take(&model.valid(), self.config.snapshot);
+        self.statistics.snapshot_bytes = self.statistics.snapshot_bytes.max(snapshot.bytes());
+        let before = self.probe(&model, &batches);
+        let prediction = self.predictor.predict(rates);
         let model = params::apply_update::<B, M>(model, &prediction, self.scale);
         drop(prediction);
+        let after = self.probe(&model, &batches);
+
+        let verdict = self.guard.judge_block(before, after, steps);
+        self.confidence = confidence_after(self.confidence, &verdict, self.schedule.is_reprobe());
+        self.scale = scale_after(self.scale, &verdict, &self.config);
+        let gain = verdict.gain.is_finite().then_some(verdict.gain);
+        if verdict.keep {
+            drop((snapshot, batches));
+            self.model = Some(model);
+            self.optimizer_step += 1;
+            self.schedule.calibrate(&self.config, evidence(&verdict));
+            self.awaiting_calibration = true;
+            tracing::debug!(step = self.step, before, after, steps, efficiency = verdict.efficiency, "predict block kept");
+            return Ok(StepOutcome {
+                loss: Some(after),
+                gain,
+                efficiency: verdict.efficiency,
+                ..coasting
+            });
+        }
+        let reason = verdict.reason.unwrap_or(RollbackReason::NonFinite(after));
+        self.schedule.rollback(&self.config);
+        tracing::warn!(
+            step = self.step,
+            %reason,
+            confidence = self.confidence,
+            scale = self.scale,
+            "predicted block rolled back; the step trains as a full step"
+        );
+        self.model = Some(snapshot.restore::<B, M>(model));
+        let full = self.full_step(Phase::Full, batches.into_iter())?;
+        Ok(StepOutcome {
+            rolled_back: true,
+            gain,
+            efficiency: verdict.efficiency,
+            ran_full: true,
+            ..full
+        })
+    }
+
+    /// The mean loss of `batches` on the inner model, in the compute precision.
+    fn probe(&self, model: &M, batches: &[T]) -> f64 {
         let mixed = self.forward_loss.is_some();
         let dtype = self.precision.precision.dtype();
         let inner = if mixed { model.valid().map(&mut CastParams(dtype)) } else { model.valid() };
-        self.model = Some(model);
-
-        let count = micro_batches.len();
         let mut loss_sum = None;
-        for batch in micro_batches {
-            let batch = if mixed { batch.cast_floats(dtype) } else { batch };
+        for batch in batches {
+            let batch = if mixed { batch.clone().cast_floats(dtype) } else { batch.clone() };
             let output = <M::InnerModule as InferenceStep>::step(&inner, batch.into_inner());
             let loss = StepLoss::<B::InnerBackend>::loss(&output).cast(FloatDType::F32);
             drop(output);
@@ -733,48 +734,6 @@ where
                 None => loss,
             });
         }
-        drop(inner);
-        let loss = loss_sum.map_or(f64::NAN, |sum| sum.into_scalar().elem::<f64>() / count as f64);
-        self.optimizer_step += 1;
-
-        let rolled_back = match self.guard.check_predict(loss) {
-            GuardVerdict::Accept => false,
-            GuardVerdict::RollBack(reason) => {
-                self.roll_back(reason)?;
-                true
-            }
-        };
-        Ok(StepOutcome {
-            loss: Some(loss),
-            lr,
-            optimizer_step,
-            rolled_back,
-            alignment: None,
-            loss_scale: None,
-            overflow: false,
-        })
-    }
-
-    /// Restores the block's starting weights and schedule position, forces a cooldown and
-    /// trusts the predictor less.
-    fn roll_back(&mut self, reason: RollbackReason) -> Result<(), TrainerError> {
-        let model = self.model.take().ok_or(TrainerError::ModelLost)?;
-        self.model = Some(match self.block.take() {
-            Some(block) => {
-                self.optimizer_step = block.optimizer_step;
-                block.snapshot.restore::<B, M>(model)
-            }
-            None => model,
-        });
-        self.schedule.rollback(&self.config);
-        (self.confidence, self.scale) = after_rollback(self.confidence, self.scale, &self.config);
-        tracing::warn!(
-            step = self.step,
-            %reason,
-            confidence = self.confidence,
-            scale = self.scale,
-            "predicted block rolled back"
-        );
-        Ok(())
+        loss_sum.map_or(f64::NAN, |sum| sum.into_scalar().elem::<f64>() / batches.len() as f64)
     }
 }

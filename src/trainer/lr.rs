@@ -57,6 +57,16 @@ impl LrSchedule {
         }
     }
 
+    /// Steps of learning-rate warmup (0 for a constant rate): no block is predicted
+    /// before the schedule's position passes them, since the rate, and so every update,
+    /// is still growing.
+    pub fn warmup_steps(&self) -> usize {
+        match *self {
+            LrSchedule::Constant { .. } => 0,
+            LrSchedule::WarmupCosine { warmup_steps, .. } => warmup_steps,
+        }
+    }
+
     /// Checks the rates are positive and finite, `0 <= min_lr <= peak`, and the warmup fits
     /// in the schedule.
     pub fn validate(&self) -> Result<(), ConfigError> {

@@ -1,30 +1,33 @@
 //! Hybrid training: full steps alternate with predicted ones.
 //!
-//! A *full* step is forward + backward + optimizer on the autodiff model. A *predicted*
-//! step skips the backward pass: it moves every parameter by a predicted update
-//! (`w ← w + s·lr·m`, where `m` is a moving average of past updates per unit learning
-//! rate) and runs one forward pass on the inner, non-autodiff model (`model.valid()`), so
-//! no autodiff graph is ever built that nobody would consume. The forward's loss is the
-//! guard's evidence: a predicted step that makes the loss worse than the running full-step
-//! loss by more than a tolerance restores the weights saved when its block started.
+//! A *full* step is forward + backward + optimizer on the autodiff model. A *predict
+//! block* of `h` steps skips the backward pass: its first step moves every parameter by
+//! the block's whole predicted displacement (`w ← w + s·Σlr·m`, where `m` is a moving
+//! average of past updates per unit learning rate) and verifies the jump with two forward
+//! passes on the inner, non-autodiff model (`model.valid()`), on the same batch before and
+//! after; its other steps run nothing. No autodiff graph is ever built that nobody would
+//! consume. The jump is kept only if the probe loss fell by a share of what `h` full steps
+//! would have gained at the recent pace; otherwise the starting weights come back exactly.
+//! Blocks that keep gaining too little turn prediction off (the confidence falls below
+//! `min_confidence`), and a short re-probe block tries again later.
 //!
 //! ```text
-//!             warmup_steps full steps
+//!             warmup_steps full steps (and no block during learning-rate warmup)
 //!   ┌────────┐
 //!   │ Warmup │──────────────┐
 //!   └────────┘              ▼
 //!                    ┌─────────────┐  confidence < min_confidence,
 //!            ┌──────▶│    gate     │  or cooldown running
 //!            │       └─────────────┘───────────────────────────┐
-//!            │              │ confidence ≥ min_confidence      │
-//!            │              ▼                                  ▼
-//!            │       ┌─────────────┐  guard rejects   ┌────────────────┐
+//!            │              │ confidence ≥ min_confidence,     │
+//!            │              │ or a re-probe is due             ▼
+//!            │       ┌─────────────┐  too little gain ┌────────────────┐
 //!            │       │ Predict × h │─────────────────▶│ Full × cooldown│──┐
-//!            │       └─────────────┘  restore block   └────────────────┘  │
-//!            │              │ block accepted          h ← min_horizon     │
-//!            │              ▼                                             │
-//!            │       ┌─────────────┐  first step calibrates scale,        │
-//!            │       │ Correct × c │  confidence and horizon h            │
+//!            │       └─────────────┘  restore start   └────────────────┘  │
+//!            │              │ jump kept (confidence, h ← min_horizon      │
+//!            │              ▼  scale, h from efficiency)                  │
+//!            │       ┌─────────────┐                                      │
+//!            │       │ Correct × c │                                      │
 //!            │       └─────────────┘                                      │
 //!            │              ▼                                             │
 //!            │       ┌─────────────┐                                      │
@@ -34,10 +37,10 @@
 //! ```
 //!
 //! Memory the prediction costs, on top of the model and optimizer: the predictor keeps one
-//! tensor per parameter (f32, or f16 with [`PredictorPrecision::Half`]); a predict block
-//! holds one copy of the parameters as its rollback snapshot (or none on the device with
-//! [`SnapshotStore::Host`]); a full step holds the pre-update parameters until it has
-//! computed the update.
+//! tensor per parameter (f32, or f16 with [`PredictorPrecision::Half`]); a block's first
+//! step holds one copy of the parameters as its rollback snapshot (or none on the device
+//! with [`SnapshotStore::Host`]) and its micro-batches for the second probe; a full step
+//! holds the pre-update parameters until it has computed the update.
 //!
 //! How a model plugs in: implement Burn's [`TrainStep`](burn::train::TrainStep) for the
 //! autodiff model, [`InferenceStep`](burn::train::InferenceStep) for its inner module,
@@ -74,7 +77,6 @@ mod execution_tests;
 mod precision_tests;
 
 pub use accumulation::MicroBatchGradients;
-pub use calibration::{after_rollback, blended_confidence, calibrated_scale};
 pub use checkpoint::{
     checkpoint_name, load_latest, save as save_checkpoint_files, CheckpointPayload, TrainerState,
     DEFAULT_KEEP, STATE_FORMAT,
@@ -82,8 +84,8 @@ pub use checkpoint::{
 pub use config::{ConfigError, HybridConfig, PredictorPrecision, SnapshotStore};
 pub use error::TrainerError;
 pub use execution::{ExecutionConfig, TrimPolicy};
-pub use guard::{GuardVerdict, LossGuard, RollbackReason};
-pub use hybrid::{BlockEnd, HybridTrainer};
+pub use guard::{BlockVerdict, LossGuard, RollbackReason};
+pub use hybrid::HybridTrainer;
 pub use loss_window::LossWindow;
 pub use lr::LrSchedule;
 pub use mixed::{compute_copy, master_gradients, CastParams, MasterGradients};

@@ -66,19 +66,11 @@ where
     /// checkpoint appears atomically, and only the newest two are kept (see
     /// [`with_checkpoints_kept`](Self::with_checkpoints_kept)).
     ///
-    /// Refused inside a predict block ([`can_checkpoint`](Self::can_checkpoint) is
-    /// false): the weights there are predictions the guard may still roll back. Between
-    /// blocks, including right after an accepted one, it always succeeds unless the disk
-    /// fails. Reads every tensor back to the host (a sync).
+    /// The weights are always verified ones: a predict block's jump is judged within the
+    /// step that makes it, and the block's later steps do not move the weights. Reads
+    /// every tensor back to the host (a sync).
     pub fn save_checkpoint(&self, dir: impl AsRef<Path>) -> Result<PathBuf, TrainerError> {
         let dir = dir.as_ref();
-        if !self.can_checkpoint() {
-            return Err(TrainerError::checkpoint(
-                dir,
-                "inside a predict block: the weights are unverified predictions; \
-                 save between blocks (see `can_checkpoint`)",
-            ));
-        }
         let model = self.model.as_ref().ok_or(TrainerError::ModelLost)?;
         let recorder = CheckpointRecorder::default();
         let model_record = <M as Module<B>>::into_record(model.clone());
@@ -174,7 +166,6 @@ where
             guard: state.guard,
             scale: state.scale,
             confidence: state.confidence,
-            block: None,
             awaiting_calibration: state.awaiting_calibration,
             step: state.step,
             optimizer_step: state.optimizer_step,

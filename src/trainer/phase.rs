@@ -48,26 +48,41 @@ impl fmt::Display for Phase {
 ///
 /// A predict block starts only when the confidence handed to [`advance`](Self::advance)
 /// is at least `min_confidence` and no rollback cooldown is running; otherwise another
-/// `Full×f` run follows and the gate is asked again at its end.
+/// `Full×f` run follows and the gate is asked again at its end. With the gate closed by a
+/// low confidence, a *re-probe* block of `min_horizon` steps opens after `reprobe_steps`
+/// full steps.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PhaseSchedule {
     phase: Phase,
     /// Steps left in the current phase, counting the current one (always at least 1).
     left: usize,
+    /// Steps the current phase started with.
+    #[serde(default)]
+    length: usize,
     horizon: usize,
     cooldown_left: usize,
+    /// Full steps taken in a row with the gate closed by a low confidence.
+    #[serde(default)]
+    closed_for: usize,
+    /// Whether the current (or last) block was a re-probe.
+    #[serde(default)]
+    reprobe: bool,
 }
 
 impl PhaseSchedule {
     /// The schedule of a new run: `warmup_steps` warmup steps come first.
     pub fn new(config: &HybridConfig) -> Self {
+        let warmup = config.warmup_steps.max(1);
         Self {
             phase: Phase::Warmup,
-            left: config.warmup_steps.max(1),
+            left: warmup,
+            length: warmup,
             horizon: config
                 .initial_horizon
                 .clamp(config.min_horizon, config.max_horizon),
             cooldown_left: 0,
+            closed_for: 0,
+            reprobe: false,
         }
     }
 
@@ -86,6 +101,17 @@ impl PhaseSchedule {
         self.left == 1
     }
 
+    /// Whether the next step is the first one of its phase.
+    pub fn is_first_of_phase(&self) -> bool {
+        self.left == self.length
+    }
+
+    /// Whether the current predict block (or the last one) was opened as a re-probe,
+    /// with prediction off.
+    pub fn is_reprobe(&self) -> bool {
+        self.reprobe
+    }
+
     /// Predict steps the next block will have.
     pub fn horizon(&self) -> usize {
         self.horizon
@@ -98,11 +124,14 @@ impl PhaseSchedule {
 
     /// Moves past the step just taken to the phase of the next one.
     ///
-    /// `confidence` is only read when a predict block could start; NaN (no predictor yet)
-    /// never opens the gate.
+    /// `confidence` is only read when a predict block could start; NaN (no predictor yet,
+    /// or the learning rate still warming up) never opens the gate.
     pub fn advance(&mut self, config: &HybridConfig, confidence: f64) {
         if self.phase == Phase::Full {
             self.cooldown_left = self.cooldown_left.saturating_sub(1);
+            if confidence < config.min_confidence {
+                self.closed_for += 1;
+            }
         }
         self.left = self.left.saturating_sub(1);
         if self.left > 0 {
@@ -110,8 +139,14 @@ impl PhaseSchedule {
         }
         match self.phase {
             Phase::Warmup | Phase::Full => {
+                let reprobe_due = config.reprobe_steps > 0
+                    && self.closed_for >= config.reprobe_steps
+                    && confidence < config.min_confidence;
                 if self.cooldown_left == 0 && confidence >= config.min_confidence {
-                    self.enter(Phase::Predict, self.horizon);
+                    self.open_block(false, self.horizon);
+                } else if self.cooldown_left == 0 && reprobe_due {
+                    self.horizon = config.min_horizon;
+                    self.open_block(true, config.min_horizon);
                 } else {
                     self.enter(Phase::Full, config.full_steps);
                 }
@@ -131,29 +166,28 @@ impl PhaseSchedule {
         self.horizon = config.min_horizon;
     }
 
-    /// Ends a predict block before its horizon, its weights kept: the correct steps that
-    /// follow every accepted block come next. Outside a predict block it does nothing.
-    pub fn end_block(&mut self, config: &HybridConfig) {
-        if self.phase == Phase::Predict {
-            self.enter(Phase::Correct, config.correct_steps);
-        }
-    }
-
-    /// Adjusts the horizon from how well the last prediction matched the real update: a
-    /// cosine of at least `hold_cosine` earns one more predict step, anything less (NaN
-    /// included) halves the horizon; always within `[min_horizon, max_horizon]`.
-    pub fn calibrate(&mut self, config: &HybridConfig, cosine: f64) {
-        let horizon = if cosine >= config.hold_cosine {
-            self.horizon.saturating_add(1)
+    /// Adjusts the horizon from a kept block's verified efficiency: at least
+    /// `hold_efficiency` doubles it, anything less (NaN included) halves it; always within
+    /// `[min_horizon, max_horizon]`.
+    pub fn calibrate(&mut self, config: &HybridConfig, efficiency: f64) {
+        let horizon = if efficiency >= config.hold_efficiency {
+            self.horizon.saturating_mul(2)
         } else {
             self.horizon / 2
         };
         self.horizon = horizon.clamp(config.min_horizon, config.max_horizon);
     }
 
+    fn open_block(&mut self, reprobe: bool, steps: usize) {
+        self.closed_for = 0;
+        self.reprobe = reprobe;
+        self.enter(Phase::Predict, steps);
+    }
+
     fn enter(&mut self, phase: Phase, steps: usize) {
         self.phase = phase;
         self.left = steps.max(1);
+        self.length = self.left;
     }
 }
 
@@ -172,6 +206,7 @@ mod tests {
             .with_max_horizon(4)
             .with_cooldown_steps(3)
             .with_min_confidence(0.3)
+            .with_hold_efficiency(0.5)
     }
 
     /// The phases of the next `steps` steps at a fixed confidence.
@@ -257,31 +292,48 @@ mod tests {
     }
 
     #[test]
-    fn a_block_ended_early_goes_on_with_its_correct_steps() {
-        let config = config();
+    fn with_prediction_off_a_shortest_block_reprobes_after_reprobe_steps() {
+        let config = config().with_reprobe_steps(4);
         let mut schedule = PhaseSchedule::new(&config);
-        assert_eq!(phases(&mut schedule, &config, 4, 1.0), vec![W, W, W, P]);
-        schedule.end_block(&config);
-        assert_eq!(phases(&mut schedule, &config, 4, 1.0), vec![C, F, F, P]);
-        // Anywhere else it changes nothing.
-        schedule.advance(&config, 1.0);
-        schedule.advance(&config, 1.0);
-        assert_eq!(schedule.current(), F);
-        let full = schedule.clone();
-        schedule.end_block(&config);
-        assert_eq!(schedule, full);
+        // Warmup (not counted), then four full steps with the gate closed, then a re-probe.
+        assert_eq!(
+            phases(&mut schedule, &config, 10, 0.1),
+            vec![W, W, W, F, F, F, F, P, C, F]
+        );
+        assert!(schedule.is_reprobe());
+        assert_eq!(schedule.horizon(), 1, "a re-probe block is as short as allowed");
+        // The count starts again after the block; an open gate is an ordinary block.
+        assert_eq!(phases(&mut schedule, &config, 5, 0.1), vec![F, F, F, P, C]);
+        assert!(schedule.is_reprobe());
+        assert_eq!(phases(&mut schedule, &config, 3, 0.3), vec![F, F, P]);
+        assert!(!schedule.is_reprobe());
+        // NaN (no predictor, or learning-rate warmup) never re-probes; 0 never re-probes.
+        let mut waiting = PhaseSchedule::new(&config);
+        assert!(phases(&mut waiting, &config, 20, f64::NAN).iter().all(|p| *p != P));
+        let never = config.with_reprobe_steps(0);
+        let mut off = PhaseSchedule::new(&never);
+        assert!(phases(&mut off, &never, 40, 0.1).iter().all(|p| *p != P));
     }
 
     #[test]
-    fn calibration_grows_and_halves_the_horizon_within_bounds() {
+    fn reports_the_first_step_of_a_phase() {
+        let config = config();
+        let mut schedule = PhaseSchedule::new(&config);
+        phases(&mut schedule, &config, 3, 1.0);
+        assert_eq!(schedule.current(), P);
+        assert!(schedule.is_first_of_phase());
+        schedule.advance(&config, 1.0);
+        assert!(!schedule.is_first_of_phase() && schedule.current() == P);
+    }
+
+    #[test]
+    fn calibration_doubles_and_halves_the_horizon_within_bounds() {
         let config = config();
         let mut schedule = PhaseSchedule::new(&config);
         assert_eq!(schedule.horizon(), 2);
         schedule.calibrate(&config, 0.9);
-        assert_eq!(schedule.horizon(), 3);
-        schedule.calibrate(&config, 0.5);
         assert_eq!(schedule.horizon(), 4);
-        schedule.calibrate(&config, 0.99);
+        schedule.calibrate(&config, 0.5);
         assert_eq!(schedule.horizon(), 4, "capped at max_horizon");
         schedule.calibrate(&config, 0.2);
         assert_eq!(schedule.horizon(), 2);
@@ -298,7 +350,7 @@ mod tests {
         phases(&mut schedule, &config, 2, 1.0);
         // The horizon is read when the block starts.
         schedule.calibrate(&config, 1.0);
-        assert_eq!(phases(&mut schedule, &config, 5, 1.0), vec![W, P, P, P, C]);
+        assert_eq!(phases(&mut schedule, &config, 6, 1.0), vec![W, P, P, P, P, C]);
     }
 
     #[test]

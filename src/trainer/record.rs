@@ -19,8 +19,10 @@ pub struct StepRecord {
     pub optimizer_step: usize,
     /// The kind of step.
     pub phase: Phase,
-    /// The step's loss: before the update for a full step, after the predicted update for
-    /// a predicted one; the mean over the micro-batches with gradient accumulation.
+    /// The step's loss: before the update for a full step; for the first step of a predict
+    /// block, the probe loss on its batch after the block's jump (absent on the block's
+    /// other steps, which run nothing); the mean over the micro-batches with gradient
+    /// accumulation.
     ///
     /// `None` when the step left its loss on the device
     /// ([`loss_every`](super::ExecutionConfig::loss_every) above 1); the step that reads
@@ -40,7 +42,7 @@ pub struct StepRecord {
     pub memory: Option<MemorySample>,
     /// Whether the weights were moved by the predictor rather than the optimizer.
     pub predicted: bool,
-    /// Whether the guard rejected the step and the block's starting weights were restored.
+    /// Whether the block's jump was rejected and its starting weights restored.
     pub rolled_back: bool,
     /// The multiplier on predicted updates after this step.
     pub scale: f64,
@@ -60,6 +62,14 @@ pub struct StepRecord {
     /// loss scale lowered (the optimizer and the learning-rate schedule did not move).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub overflow: bool,
+    /// On the first step of a predict block: the probe loss before the jump minus after it,
+    /// on the same batch (the block's verified gain).
+    #[serde(default, skip_serializing_if = "Option::is_none", with = "finite_or_null")]
+    pub gain: Option<f64>,
+    /// On the first step of a predict block: `gain` over what the block's full steps would
+    /// have gained at the recent pace, where that pace is known and positive.
+    #[serde(default, skip_serializing_if = "Option::is_none", with = "finite_or_null")]
+    pub efficiency: Option<f64>,
 }
 
 /// Serde for a present `f64` that may be NaN or infinite: JSON has no such numbers, so
@@ -168,6 +178,8 @@ mod tests {
             norm_ratio: Some(1.25),
             loss_scale: None,
             overflow: false,
+            gain: None,
+            efficiency: None,
         }
     }
 

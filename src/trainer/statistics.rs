@@ -142,6 +142,8 @@ mod tests {
             norm_ratio: None,
             loss_scale: None,
             overflow: false,
+            gain: None,
+            efficiency: None,
         }
     }
 

@@ -14,10 +14,11 @@ use burn::train::{
 
 /// A training batch that can also be given to the inner (non-autodiff) model.
 ///
-/// Predicted steps run the inner module, so their batch must live on
+/// A predict block's probe runs the inner module, so its batch must live on
 /// `B::InnerBackend`. Data tensors carry no graph, so moving them is free: use
-/// [`Tensor::inner`] on each field.
-pub trait HybridBatch<B: AutodiffBackend>: Send + 'static {
+/// [`Tensor::inner`] on each field. `Clone` because the probe runs a batch twice, and a
+/// rejected block trains on it after all (tensor clones share their data).
+pub trait HybridBatch<B: AutodiffBackend>: Clone + Send + 'static {
     /// The same batch on `B::InnerBackend`.
     type Inner: Send + 'static;
 

@@ -100,7 +100,7 @@ pub(super) fn config() -> HybridConfig {
         .with_min_horizon(1)
         .with_max_horizon(4)
         .with_min_confidence(0.0)
-        .with_loss_tolerance(10.0)
+        .with_min_gain(-1e9)
         .with_cooldown_steps(2)
 }
 
@@ -146,10 +146,14 @@ fn runs_the_phase_cycle_and_predicted_steps_move_the_weights() {
         let before = weights(trainer.model());
         let record = trainer.step(batch(step)).expect("step");
         let after = weights(trainer.model());
-        assert_ne!(
-            before, after,
-            "step {step} ({}) did not move the weights",
-            record.phase
+        // The block's first step jumps by the whole block's prediction; its second runs
+        // nothing.
+        assert_eq!(
+            before != after,
+            step != 4,
+            "step {step} ({}): weights moved {}",
+            record.phase,
+            before != after
         );
         assert!(trainer.model().linear.weight.val().is_require_grad());
         records.push(record);
@@ -158,7 +162,12 @@ fn runs_the_phase_cycle_and_predicted_steps_move_the_weights() {
     use super::Phase::{Correct as C, Predict as P, Warmup as W};
     assert_eq!(phases, vec![W, W, W, P, P, C]);
     assert!(records[3].predicted && records[4].predicted && !records[5].predicted);
-    assert!(records.iter().all(|r| !r.rolled_back && r.loss.is_some_and(f64::is_finite)));
+    assert!(records.iter().all(|r| !r.rolled_back));
+    for (step, record) in records.iter().enumerate() {
+        assert_eq!(record.loss.is_some_and(f64::is_finite), step != 4, "step {step}: {:?}", record.loss);
+    }
+    // The jump was verified on its batch: a gain, and the probe loss after it.
+    assert!(records[3].gain.is_some_and(f64::is_finite) && records[4].gain.is_none());
     // Predicted steps count on the learning-rate schedule.
     assert_eq!(records[5].optimizer_step, 5);
     // The first correct step measured the prediction.
@@ -170,20 +179,21 @@ fn runs_the_phase_cycle_and_predicted_steps_move_the_weights() {
     assert_eq!(statistics.rollbacks, 0);
     assert_eq!(statistics.predictor_bytes, (FEATURES + 1) * 4);
     assert_eq!(statistics.snapshot_bytes, (FEATURES + 1) * 4);
-    assert!(trainer.can_checkpoint());
 }
 
 #[test]
-fn a_predicted_step_adds_exactly_scale_times_the_prediction() {
+fn a_block_jumps_by_exactly_scale_times_its_summed_prediction() {
     use burn::module::AutodiffModule;
     let mut trainer = sgd_trainer(config());
     for step in 0..3 {
         trainer.step(batch(step)).expect("warmup step");
     }
     assert_eq!(trainer.phase(), Phase::Predict);
-    let lr = trainer.lr_schedule().at(trainer.optimizer_step());
+    let position = trainer.optimizer_step();
+    let rates: f64 = (0..trainer.horizon()).map(|j| trainer.lr_schedule().at(position + j)).sum();
+    assert_eq!(trainer.horizon(), 2);
     let scale = trainer.scale();
-    let prediction = trainer.predictor().predict(lr);
+    let prediction = trainer.predictor().predict(rates);
     let before = collect(&trainer.model().valid());
     assert_eq!(
         prediction.len(),
@@ -207,30 +217,31 @@ fn a_predicted_step_adds_exactly_scale_times_the_prediction() {
 }
 
 #[test]
-fn a_prediction_that_makes_the_loss_worse_is_rolled_back_bit_for_bit() {
+fn a_prediction_that_makes_the_loss_worse_is_rolled_back_and_the_step_trains_instead() {
     // A scale of 10⁴ turns a sensible update into a wild one.
     let mut trainer = sgd_trainer(
         config()
             .with_initial_scale(1e4)
             .with_max_scale(1e4)
-            .with_loss_tolerance(0.1),
+            .with_min_gain(0.25),
     );
     for step in 0..3 {
         trainer.step(batch(step)).expect("warmup step");
     }
     assert_eq!(trainer.phase(), Phase::Predict);
-    let block_start = weights(trainer.model());
     let record = trainer
         .step(batch(3))
         .expect("a rejected step is not an error");
     assert!(
-        record.predicted && record.rolled_back,
-        "loss {:?}",
-        record.loss
+        record.rolled_back && !record.predicted && record.phase == Phase::Full,
+        "{record:?}"
     );
     assert!(record.loss.is_some_and(f64::is_finite));
-    assert_eq!(weights(trainer.model()), block_start);
+    assert!(record.gain.is_some_and(|gain| gain < 0.0), "{:?}", record.gain);
     assert_eq!(trainer.phase(), Phase::Full);
+    // The data moved on, and so does the learning-rate position: no rewind.
+    assert_eq!(trainer.optimizer_step(), 4);
+    assert_eq!(trainer.steps_taken(), 4);
 }
 
 #[test]
@@ -270,7 +281,7 @@ fn a_non_finite_full_loss_is_refused_and_changes_nothing() {
 }
 
 #[test]
-fn a_non_finite_predicted_loss_rolls_back_bit_for_bit() {
+fn a_non_finite_probe_rolls_back_bit_for_bit_and_is_refused_like_a_full_step() {
     for store in [SnapshotStore::Device, SnapshotStore::Host] {
         let mut trainer = sgd_trainer(config().with_snapshot(store));
         for step in 0..3 {
@@ -278,24 +289,11 @@ fn a_non_finite_predicted_loss_rolls_back_bit_for_bit() {
         }
         assert_eq!(trainer.phase(), Phase::Predict);
         let block_start = weights(trainer.model());
-        let accepted = trainer.step(batch(3)).expect("predicted step");
-        assert!(accepted.predicted && !accepted.rolled_back);
-        assert_ne!(weights(trainer.model()), block_start);
-
-        // Inside the block, checkpoints are refused.
-        assert!(!trainer.can_checkpoint());
-        let message = trainer
-            .save_checkpoint(scratch("refused"))
-            .expect_err("inside a block")
-            .to_string();
-        assert!(message.contains("predict block"), "{message}");
-
         let confidence = trainer.confidence();
-        let rejected = trainer
-            .step(poisoned_batch())
-            .expect("a rejected step is not an error");
-        assert!(rejected.predicted && rejected.rolled_back, "{store:?}");
-        assert!(rejected.loss.is_some_and(f64::is_nan));
+        // Even the most permissive setting (min_gain −10⁹) rejects a NaN probe; the step
+        // then trains on the batch as a full step, whose NaN loss is refused.
+        let err = trainer.step(poisoned_batch()).expect_err("a NaN loss");
+        assert!(matches!(err, TrainerError::NonFiniteLoss { step: 3, .. }), "{store:?}: {err}");
         assert_eq!(
             weights(trainer.model()),
             block_start,
@@ -304,10 +302,8 @@ fn a_non_finite_predicted_loss_rolls_back_bit_for_bit() {
         assert!(trainer.model().linear.weight.val().is_require_grad());
         assert_eq!(trainer.phase(), Phase::Full);
         assert_eq!(trainer.horizon(), 1);
-        assert_eq!(trainer.optimizer_step(), 3, "schedule position restored");
+        assert_eq!((trainer.steps_taken(), trainer.optimizer_step()), (3, 3), "nothing counted");
         assert!((trainer.confidence() - confidence * 0.5).abs() < 1e-12);
-        assert!(trainer.can_checkpoint());
-        assert_eq!(trainer.statistics().rollbacks, 1);
 
         // The cooldown follows: full steps.
         let next = trainer.step(batch(4)).expect("cooldown step");
@@ -315,68 +311,111 @@ fn a_non_finite_predicted_loss_rolls_back_bit_for_bit() {
     }
 }
 
-/// The loss of `model` on a fixed batch, in eval mode: the probe a caller of
-/// `finish_block` hands in.
-fn probe_loss(model: &Regressor<Train>) -> f64 {
-    use burn::module::AutodiffModule;
-    let (inputs, targets) = batch(1000);
-    let item = InferenceStep::step(&model.valid(), (inputs.inner(), targets.inner()));
-    item.loss.into_scalar() as f64
-}
-
-/// A trainer inside a predict block, one predicted step taken; and the weights and
-/// learning-rate position the block started from.
-fn inside_a_block(
-    config: HybridConfig,
-) -> (
-    HybridTrainer<Train, Regressor<Train>, impl burn::optim::Optimizer<Regressor<Train>, Train>, Batch>,
-    Vec<TensorData>,
-) {
-    let mut trainer = sgd_trainer(config.with_initial_horizon(4));
+#[test]
+fn a_rolled_back_block_is_exactly_a_full_step() {
+    // Adam (it has state), and a wild scale that every block's probe rejects.
+    let adam = |config: HybridConfig| {
+        HybridTrainer::new(
+            Regressor::<Train>::new(&DEVICE),
+            AdamConfig::new().init(),
+            config,
+            LrSchedule::WarmupCosine { peak: 0.05, warmup_steps: 1, total_steps: 40, min_lr: 0.005 },
+            DEVICE,
+        )
+        .expect("valid configuration")
+    };
+    let wild = config().with_min_gain(0.25).with_initial_scale(1e4).with_min_scale(1e4).with_max_scale(1e4);
+    let mut trainer = adam(wild);
+    let mut control = adam(HybridConfig::all_full());
+    // Control of the control: a trainer that keeps the same wild jump.
+    let mut kept = adam(config().with_initial_scale(1e4).with_min_scale(1e4).with_max_scale(1e4));
+    for other in [&mut control, &mut kept] {
+        other.model = Some(Module::load_record(
+            Regressor::<Train>::new(&DEVICE),
+            trainer.model().clone().into_record(),
+        ));
+    }
     for step in 0..3 {
         trainer.step(batch(step)).expect("warmup step");
+        control.step(batch(step)).expect("full step");
+        kept.step(batch(step)).expect("warmup step");
     }
-    let block_start = weights(trainer.model());
-    assert!(trainer.step(batch(3)).expect("predicted step").predicted);
-    assert!(!trainer.can_checkpoint(), "control: inside the block no checkpoint can be written");
-    (trainer, block_start)
+    assert_eq!(weights(trainer.model()), weights(control.model()));
+    let record = trainer.step(batch(3)).expect("predicted step");
+    assert!(record.rolled_back && record.phase == Phase::Full, "{record:?}");
+    control.step(batch(3)).expect("full step");
+    // Weights, Adam's moments and the learning-rate position: both land on the same
+    // weights, bit for bit, now and after the next full step.
+    assert_eq!(weights(trainer.model()), weights(control.model()));
+    assert_eq!(trainer.optimizer_step(), control.optimizer_step());
+    trainer.step(batch(4)).expect("cooldown step");
+    control.step(batch(4)).expect("full step");
+    assert_eq!(weights(trainer.model()), weights(control.model()));
+    // The trainer that kept the wild jump does not.
+    kept.step(batch(3)).expect("kept jump");
+    kept.step(batch(4)).expect("step");
+    assert_eq!(kept.statistics().rollbacks, 0);
+    assert_ne!(weights(kept.model()), weights(control.model()));
+    // One clock: every step, rolled back or not, moves the learning-rate position by one.
+    for step in 5..40 {
+        trainer.step(batch(step)).expect("step");
+        assert_eq!(trainer.optimizer_step(), trainer.steps_taken());
+    }
+    assert!(trainer.statistics().rollbacks >= 2);
 }
 
 #[test]
-fn finishing_an_improving_block_keeps_its_weights_and_verifies_them() {
-    let (mut trainer, block_start) = inside_a_block(config());
-    let now = weights(trainer.model());
-    let end = trainer.finish_block(probe_loss).expect("finish");
-    let BlockEnd::Kept { after, before } = end else { panic!("{end:?}") };
-    assert!(after < before);
-    assert_eq!(weights(trainer.model()), now, "kept weights untouched");
-    assert_ne!(now, block_start);
-    assert!(trainer.can_checkpoint());
-    assert_eq!(trainer.phase(), Phase::Correct);
-    assert_eq!(trainer.optimizer_step(), 4, "the predicted step stays on the schedule");
-    // The next step is a full one that calibrates, as after any accepted block.
-    let record = trainer.step(batch(4)).expect("correct step");
-    assert_eq!(record.phase, Phase::Correct);
-    assert!(record.cosine.is_some());
-    // Nothing to finish now: the probe is not even called.
-    assert_eq!(trainer.finish_block(|_| unreachable!()).expect("no block"), BlockEnd::NoneOpen);
+fn skip_step_moves_the_clock_and_nothing_else() {
+    let mut trainer = sgd_trainer(HybridConfig::all_full());
+    trainer.step(batch(0)).expect("step");
+    let before = weights(trainer.model());
+    trainer.skip_step();
+    assert_eq!(weights(trainer.model()), before);
+    assert_eq!((trainer.steps_taken(), trainer.optimizer_step()), (2, 2));
+    assert_eq!(trainer.statistics().steps, 1, "no record for a step passed over");
+    // Control: a real step moves the weights.
+    trainer.step(batch(2)).expect("step");
+    assert_ne!(weights(trainer.model()), before);
 }
 
 #[test]
-fn finishing_a_block_that_probes_worse_rolls_it_back_exactly() {
-    // A guard that lets anything finite through, and a wild step: the probe catches it.
-    let wild = config().with_loss_tolerance(1e12).with_initial_scale(1e3).with_max_scale(1e3);
-    let (mut trainer, block_start) = inside_a_block(wild);
-    assert_ne!(weights(trainer.model()), block_start);
-    let end = trainer.finish_block(probe_loss).expect("finish");
-    let BlockEnd::RolledBack { after, before } = end else { panic!("{end:?}") };
-    assert!(after >= before, "{after} vs {before}");
-    assert_eq!(weights(trainer.model()), block_start, "not restored exactly");
-    assert!(trainer.can_checkpoint());
-    assert_eq!(trainer.phase(), Phase::Full);
-    assert_eq!(trainer.optimizer_step(), 3, "schedule position restored");
-    assert_eq!(trainer.statistics().rollbacks, 1);
-    assert!(trainer.save_checkpoint(scratch("finished")).is_ok());
+fn the_off_switch_stops_blocks_that_gain_too_little_and_reprobes_later() {
+    // Every block jumps 10⁴ times too far, so every probe gets worse. min_scale pins
+    // the scale there, and there is no cooldown: only the off-switch can stop it.
+    let hurtful = |min_gain: f64| {
+        config()
+            .with_min_gain(min_gain)
+            .with_min_confidence(0.25)
+            .with_initial_confidence(0.5)
+            .with_cooldown_steps(0)
+            .with_reprobe_steps(10)
+            .with_initial_scale(1e4)
+            .with_min_scale(1e4)
+            .with_max_scale(1e4)
+    };
+    let blocks = |config: HybridConfig| -> Vec<usize> {
+        let mut trainer = sgd_trainer(config);
+        let mut starts = Vec::new();
+        trainer
+            .run((0..).map(batch), 80, |record| {
+                // A block's first step: kept (predicted, probed) or rejected.
+                if record.rolled_back || (record.predicted && record.loss.is_some()) {
+                    starts.push(record.step);
+                }
+            })
+            .expect("run");
+        starts
+    };
+    let starts = blocks(hurtful(0.25));
+    // Two rejected blocks (confidence 0.5 → 0.25 → 0.125) turn prediction off; afterwards
+    // one re-probe block per 10 full steps at most.
+    assert!(starts.len() >= 3, "{starts:?}");
+    for pair in starts[1..].windows(2) {
+        assert!(pair[1] - pair[0] > 10, "blocks too close after the switch went off: {starts:?}");
+    }
+    // Control: with the gate never closing (min_confidence 0), the same run keeps trying.
+    let control = blocks(hurtful(0.25).with_min_confidence(0.0));
+    assert!(control.len() > 2 * starts.len(), "control {control:?} vs {starts:?}");
 }
 
 #[test]
@@ -399,7 +438,7 @@ fn resumes_from_a_checkpoint_exactly() {
     };
     let mut original = make();
     let mut step = 0;
-    while step < 8 || !original.can_checkpoint() {
+    while step < 8 {
         original.step(batch(step)).expect("step");
         step += 1;
     }
@@ -423,12 +462,14 @@ fn resumes_from_a_checkpoint_exactly() {
         let b = resumed.step(batch(step + offset)).expect("resumed step");
         assert_eq!(a.phase, b.phase, "step {}", a.step);
         assert_eq!(a.rolled_back, b.rolled_back);
-        let (a_loss, b_loss) = (a.loss.expect("read"), b.loss.expect("read"));
-        assert!(
-            (a_loss - b_loss).abs() <= 1e-6 * a_loss.abs().max(1.0),
-            "step {}: {a_loss} vs {b_loss}",
-            a.step,
-        );
+        assert_eq!(a.loss.is_some(), b.loss.is_some(), "step {}", a.step);
+        if let (Some(a_loss), Some(b_loss)) = (a.loss, b.loss) {
+            assert!(
+                (a_loss - b_loss).abs() <= 1e-6 * a_loss.abs().max(1.0),
+                "step {}: {a_loss} vs {b_loss}",
+                a.step,
+            );
+        }
     }
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -28,14 +28,18 @@ const PEAK_SLACK: u64 = 16 * 1024;
 const RESOLUTION: usize = 16;
 const IMAGES: usize = 8;
 
-/// Short blocks and cooldowns, and a tight guard, so 300 steps hold many cycles of every
-/// phase, rollbacks included.
+/// Short blocks and cooldowns, a guard that keeps any block that lowers its probe and a
+/// gate that never closes, so 300 steps hold many cycles of every phase, rollbacks
+/// included.
 fn mixed_phases() -> HybridConfig {
     HybridConfig::default()
         .with_warmup_steps(10)
+        .with_min_horizon(1)
+        .with_initial_horizon(2)
         .with_max_horizon(4)
         .with_cooldown_steps(2)
-        .with_loss_tolerance(0.02)
+        .with_min_gain(0.0)
+        .with_min_confidence(0.0)
         .with_seed(3)
 }
 

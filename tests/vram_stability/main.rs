@@ -81,9 +81,9 @@ impl std::fmt::Display for Soak {
     }
 }
 
-/// Runs `steps` trainer steps, sampling `bytes_in_use` after every step taken between
-/// predict blocks from `settle` on (inside a block the rollback snapshot is held, so
-/// samples are taken at the same point of every cycle).
+/// Runs `steps` trainer steps, sampling `bytes_in_use` after every full step from `settle`
+/// on (a block's first step holds its snapshot and its batch while it probes, so samples
+/// are taken at the same kind of point of every cycle).
 pub fn soak<B, M, O, T>(
     trainer: &mut HybridTrainer<B, M, O, T>,
     steps: usize,
@@ -102,8 +102,11 @@ where
     let mut samples = Vec::new();
     for step in 0..steps {
         let record = trainer.step(next_batch(step)).expect("training step");
-        assert!(record.loss.is_some_and(f64::is_finite) || record.rolled_back, "step {step}: loss {:?}", record.loss);
-        if step >= settle && trainer.can_checkpoint() {
+        // A predict block's later steps run nothing: no loss, no sync, no sample.
+        let ran = record.loss.is_some();
+        assert!(ran || record.predicted, "step {step}: a full step without its loss");
+        assert!(!ran || record.loss.is_some_and(f64::is_finite) || record.rolled_back, "step {step}: loss {:?}", record.loss);
+        if step >= settle && ran && !record.predicted {
             samples.push((step as u64, record.memory.expect("wgpu memory is readable").bytes_in_use));
         }
     }
