@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Runs the whole test suite, `cargo test --workspace --no-fail-fast` in effect, in two lanes
+# so that both cores work.
+#
+# The binaries whose tests hold the one device lock (`tests/common::exclusive_device`) run
+# their tests one at a time, mostly compiling kernels on one core; they run in the `device`
+# lane while every other test target (unit tests, the other integration tests, of every
+# workspace member) runs in the `suite` lane. Doc tests run last. Every line is tagged with
+# its lane (`[device] `, `[suite] `), so `.ci/run` can time each binary.
+#
+# Exit status: non-zero when the build or any test failed; every lane runs to its end.
+# Extra arguments go to the test binaries (after `--`), e.g. `bash scripts/test.sh --nocapture`.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+device_lane=(vram_stability conv_memory lm_loss_memory)
+
+# Build everything `cargo test` builds (the examples too: the end-to-end tests run them),
+# and read the integration-test targets from cargo's own listing.
+build_log=$(mktemp)
+trap 'rm -f "$build_log"' EXIT
+cargo test --workspace --no-fail-fast --no-run 2>&1 | tee "$build_log"
+[ "${PIPESTATUS[0]}" -eq 0 ] || exit 1
+
+mapfile -t targets < <(sed -n 's/^ *Executable tests\/.* (.*\/deps\/\(.*\)-[0-9a-f]*)$/\1/p' "$build_log" | sort -u)
+for t in "${device_lane[@]}"; do
+  printf '%s\n' "${targets[@]}" | grep -qx "$t" || { echo "test.sh: no test target named $t" >&2; exit 1; }
+done
+suite_args=(--lib --bins)
+for t in "${targets[@]}"; do
+  printf '%s\n' "${device_lane[@]}" | grep -qx "$t" || suite_args+=(--test "$t")
+done
+device_args=()
+for t in "${device_lane[@]}"; do device_args+=(--test "$t"); done
+
+# One lane: cargo's output, each line tagged as it comes.
+lane() {
+  local tag=$1
+  shift
+  cargo test --workspace --no-fail-fast "$@" 2>&1 | sed -u "s/^/[$tag] /"
+  return "${PIPESTATUS[0]}"
+}
+
+extra=()
+(($#)) && extra=(-- "$@")
+lane device "${device_args[@]}" "${extra[@]}" &
+device_pid=$!
+lane suite "${suite_args[@]}" "${extra[@]}"
+suite_status=$?
+wait "$device_pid"
+device_status=$?
+lane doc --doc "${extra[@]}"
+doc_status=$?
+
+echo "test.sh: exit status device ${device_status}, suite ${suite_status}, doc ${doc_status}"
+[ "$device_status" -eq 0 ] && [ "$suite_status" -eq 0 ] && [ "$doc_status" -eq 0 ]
