@@ -16,7 +16,6 @@ mod common;
 use burn::module::Module;
 use burn::optim::{AdamConfig, Optimizer};
 use burn::tensor::backend::AutodiffBackend;
-use burn::train::{InferenceStep, TrainStep};
 use clap::{Parser, ValueEnum};
 use common::{bad_input, broke, exit_on_failure, Failure};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -24,7 +23,7 @@ use leanburn::data::{ShapeSampler, Split, WindowSampler, SHAPE_CLASSES};
 use leanburn::memory::{format_bytes, MemoryMonitor, MemoryProbe};
 use leanburn::model::{ConvClassifierConfig, Gpt2Config, GPT2_PRESETS};
 use leanburn::select::{select, BackendArgs, BackendJob, Chosen, TrainBackend};
-use leanburn::trainer::{HybridBatch, HybridConfig, HybridTrainer, LrSchedule, StepLoss};
+use leanburn::trainer::{HybridBatch, HybridConfig, HybridModel, HybridTrainer, LrSchedule};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
@@ -149,10 +148,7 @@ impl BackendJob for Gpt2Soak {
 fn soak<B, M, T>(args: &Args, title: &str, model: M, device: B::Device, mut next_batch: impl FnMut() -> T) -> Result<String, Failure>
 where
     B: AutodiffBackend + MemoryProbe,
-    M: burn::module::AutodiffModule<B> + TrainStep<Input = T>,
-    <M as TrainStep>::Output: StepLoss<B>,
-    M::InnerModule: InferenceStep<Input = T::Inner>,
-    <M::InnerModule as InferenceStep>::Output: StepLoss<B::InnerBackend>,
+    M: HybridModel<B, T>,
     burn::optim::adaptor::OptimizerAdaptor<burn::optim::Adam, M, B>: Optimizer<M, B>,
     T: HybridBatch<B>,
 {

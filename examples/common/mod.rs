@@ -7,16 +7,14 @@ use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use burn::module::AutodiffModule;
 use burn::optim::Optimizer;
-use burn::train::{InferenceStep, TrainStep};
 use clap::ValueEnum;
 use indicatif::{ProgressBar, ProgressStyle};
 use leanburn::memory::{format_bytes, LeakDetector, MemoryProbe, PoolHealth};
 use leanburn::select::{BackendJob, Checkpointing, Selection, TrainBackend};
 use leanburn::trainer::{
-    ExecutionConfig, ForwardLoss, HybridBatch, HybridConfig, HybridTrainer, LrSchedule, Precision, PrecisionConfig,
-    StepLoss, StepRecord, TrainerError, TrainerStatistics, TrimPolicy,
+    ExecutionConfig, ForwardLoss, HybridBatch, HybridConfig, HybridModel, HybridTrainer, LrSchedule, Precision, PrecisionConfig,
+    StepRecord, TrainerError, TrainerStatistics, TrimPolicy,
 };
 use plotters::prelude::*;
 
@@ -220,10 +218,7 @@ pub fn start_trainer<B, M, O, T>(
 ) -> Result<HybridTrainer<B, M, O, T>, Failure>
 where
     B: burn::tensor::backend::AutodiffBackend + MemoryProbe,
-    M: AutodiffModule<B> + TrainStep<Input = T> + ForwardLoss<B, Input = T>,
-    <M as TrainStep>::Output: StepLoss<B>,
-    M::InnerModule: InferenceStep<Input = T::Inner>,
-    <M::InnerModule as InferenceStep>::Output: StepLoss<B::InnerBackend>,
+    M: HybridModel<B, T> + ForwardLoss<B, Input = T>,
     O: Optimizer<M, B>,
     T: HybridBatch<B>,
 {
@@ -314,10 +309,7 @@ pub fn train_loop<B, M, O, T, H>(
 ) -> Result<LoopOutcome, Failure>
 where
     B: burn::tensor::backend::AutodiffBackend + MemoryProbe,
-    M: AutodiffModule<B> + TrainStep<Input = T>,
-    <M as TrainStep>::Output: StepLoss<B>,
-    M::InnerModule: InferenceStep<Input = T::Inner>,
-    <M::InnerModule as InferenceStep>::Output: StepLoss<B::InnerBackend>,
+    M: HybridModel<B, T>,
     O: Optimizer<M, B>,
     T: HybridBatch<B>,
 {

@@ -29,11 +29,6 @@ impl<M> MicroBatchGradients<M> {
         self.micro_batches += 1;
     }
 
-    /// Micro-batches added so far.
-    pub fn micro_batches(&self) -> usize {
-        self.micro_batches
-    }
-
     /// The mean gradient over the micro-batches added; the accumulator starts empty again.
     pub fn mean<B: AutodiffBackend>(&mut self, model: &M) -> GradientsParams
     where

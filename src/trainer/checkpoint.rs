@@ -25,14 +25,10 @@ use std::fs::{self, File};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 
-use super::config::HybridConfig;
 use super::error::TrainerError;
-use super::guard::LossGuard;
-use super::lr::LrSchedule;
-use super::phase::PhaseSchedule;
-use super::statistics::TrainerStatistics;
+use super::state::{TrainerState, STATE_FORMAT};
 
 /// Finished checkpoints kept by default; older ones are removed after each save.
 pub const DEFAULT_KEEP: usize = 2;
@@ -45,48 +41,11 @@ const LATEST_FILE: &str = "latest";
 const PREFIX: &str = "ckpt-";
 const TMP_SUFFIX: &str = ".tmp";
 
-/// Version of the `trainer.json` layout. 2: predict blocks verified by a paired probe
-/// (`min_gain`, `hold_efficiency`, `reprobe_steps`; the guard keeps the recent pace).
-pub const STATE_FORMAT: u32 = 2;
-
 /// The layout version alone, read before the rest so that an older layout is named as
 /// such rather than reported as corrupt.
 #[derive(Deserialize)]
 struct StateFormat {
     format: u32,
-}
-
-/// Everything about the trainer that is not a tensor, as stored in `trainer.json`.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct TrainerState {
-    /// Layout version ([`STATE_FORMAT`]).
-    pub format: u32,
-    /// Trainer steps taken.
-    pub step: usize,
-    /// Optimizer steps taken (the learning-rate schedule's position).
-    pub optimizer_step: usize,
-    /// Where the phase cycle is.
-    pub schedule: PhaseSchedule,
-    /// The multiplier on predicted updates.
-    pub scale: f64,
-    /// The confidence in the predictor.
-    pub confidence: f64,
-    /// Whether the next correct step still has to calibrate against the last block.
-    pub awaiting_calibration: bool,
-    /// The running full-step loss and its tolerance.
-    pub guard: LossGuard,
-    /// The run's configuration.
-    pub config: HybridConfig,
-    /// The learning-rate schedule.
-    pub lr: LrSchedule,
-    /// The run's seed (also in `config`), at the top level for tools reading the file.
-    pub seed: u64,
-    /// Totals so far.
-    pub statistics: TrainerStatistics,
-    /// The loss scaler's state, when the run scales its loss (restored by
-    /// `with_precision` after resuming, so the scale does not start over).
-    #[serde(default)]
-    pub loss_scaler: Option<super::LossScaler>,
 }
 
 /// The encoded parts of one checkpoint.
@@ -302,6 +261,8 @@ pub fn load_latest(dir: &Path) -> Result<(PathBuf, CheckpointPayload), TrainerEr
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::trainer::config::HybridConfig;
+    use crate::trainer::lr::LrSchedule;
 
     fn scratch(name: &str) -> PathBuf {
         let dir = std::env::temp_dir().join(format!("leanburn-ckpt-{}-{name}", std::process::id()));
@@ -316,19 +277,9 @@ mod tests {
             optimizer: vec![4, 5],
             trainer: vec![6],
             state: TrainerState {
-                format: STATE_FORMAT,
                 step,
                 optimizer_step: step,
-                schedule: PhaseSchedule::new(&config),
-                scale: 1.0,
-                confidence: 0.5,
-                awaiting_calibration: false,
-                guard: LossGuard::new(0.9, 0.1),
-                lr: LrSchedule::Constant { lr: 1e-3 },
-                seed: config.seed,
-                config,
-                statistics: TrainerStatistics::default(),
-                loss_scaler: None,
+                ..TrainerState::new(config, LrSchedule::Constant { lr: 1e-3 })
             },
         }
     }

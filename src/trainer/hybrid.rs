@@ -13,21 +13,22 @@ use burn::train::{InferenceStep, TrainOutput, TrainStep};
 use super::accumulation::MicroBatchGradients;
 use super::calibration::{confidence_after, evidence, scale_after};
 use super::checkpoint::DEFAULT_KEEP;
+use super::state::TrainerState;
 use super::config::HybridConfig;
 use super::error::TrainerError;
 use super::execution::ExecutionConfig;
-use super::guard::{LossGuard, RollbackReason};
+use super::guard::RollbackReason;
 use super::loss_window::LossWindow;
 use super::lr::LrSchedule;
 use super::mixed::{self, CastParams};
 use super::params::{self, Alignment, ParamUpdates};
-use super::phase::{Phase, PhaseSchedule};
+use super::phase::Phase;
 use super::precision::{LossScaler, PrecisionConfig, ScaledStep};
 use super::predictor::UpdatePredictor;
 use super::record::{JsonlWriter, StepRecord};
 use super::snapshot::Snapshot;
 use super::statistics::TrainerStatistics;
-use super::step::{ForwardLoss, HybridBatch, StepLoss};
+use super::step::{ForwardLoss, HybridBatch, HybridModel, StepLoss};
 use crate::memory::MemoryProbe;
 
 /// What a step's body hands back to [`HybridTrainer::step`].
@@ -61,23 +62,14 @@ where
     /// Out of the trainer only while a step moves it through the optimizer or predictor.
     pub(super) model: Option<M>,
     pub(super) optimizer: O,
-    pub(super) config: HybridConfig,
-    pub(super) lr: LrSchedule,
-    pub(super) schedule: PhaseSchedule,
+    /// The run's books, shared by a new run and a resumed one, and checkpointed whole.
+    pub(super) state: TrainerState,
     pub(super) predictor: UpdatePredictor<B::InnerBackend>,
-    pub(super) guard: LossGuard,
-    pub(super) scale: f64,
-    pub(super) confidence: f64,
-    pub(super) awaiting_calibration: bool,
-    pub(super) step: usize,
-    pub(super) optimizer_step: usize,
     pub(super) device: B::Device,
     pub(super) metrics: Option<JsonlWriter>,
-    pub(super) statistics: TrainerStatistics,
     pub(super) keep_checkpoints: usize,
     pub(super) execution: ExecutionConfig,
     pub(super) precision: PrecisionConfig,
-    pub(super) scaler: Option<LossScaler>,
     /// The model's [`ForwardLoss`], set when steps take the mixed-precision path.
     pub(super) forward_loss: Option<fn(&M, T) -> Tensor<B, 1>>,
     /// Full-step losses not yet read back.
@@ -88,10 +80,7 @@ where
 impl<B, M, O, T> HybridTrainer<B, M, O, T>
 where
     B: AutodiffBackend + MemoryProbe,
-    M: AutodiffModule<B> + TrainStep<Input = T>,
-    <M as TrainStep>::Output: StepLoss<B>,
-    M::InnerModule: InferenceStep<Input = T::Inner>,
-    <M::InnerModule as InferenceStep>::Output: StepLoss<B::InnerBackend>,
+    M: HybridModel<B, T>,
     O: Optimizer<M, B>,
     T: HybridBatch<B>,
 {
@@ -105,31 +94,36 @@ where
     ) -> Result<Self, TrainerError> {
         config.validate()?;
         lr.validate()?;
-        Ok(Self {
-            // Eager weights: a block snapshot or a caller's clone must see the values trained.
-            model: Some(crate::model::materialize(model)),
+        let predictor = UpdatePredictor::new(config.ema_decay, config.predictor_precision);
+        // Eager weights: a block snapshot or a caller's clone must see the values trained.
+        let model = crate::model::materialize(model);
+        Ok(Self::assemble(model, optimizer, TrainerState::new(config, lr), predictor, device))
+    }
+
+    /// A trainer around a run's books, new or resumed. What is not in the books (metrics
+    /// file, execution, precision, checkpoints kept) starts at its default; the `with_*`
+    /// builders set it.
+    pub(super) fn assemble(
+        model: M,
+        optimizer: O,
+        state: TrainerState,
+        predictor: UpdatePredictor<B::InnerBackend>,
+        device: B::Device,
+    ) -> Self {
+        Self {
+            model: Some(model),
             optimizer,
-            lr,
-            schedule: PhaseSchedule::new(&config),
-            predictor: UpdatePredictor::new(config.ema_decay, config.predictor_precision),
-            guard: LossGuard::new(config.running_loss_decay, config.min_gain),
-            scale: config.initial_scale,
-            confidence: config.initial_confidence,
-            awaiting_calibration: false,
-            step: 0,
-            optimizer_step: 0,
+            state,
+            predictor,
             device,
             metrics: None,
-            statistics: TrainerStatistics::default(),
             keep_checkpoints: DEFAULT_KEEP,
             execution: ExecutionConfig::default(),
             precision: PrecisionConfig::default(),
-            scaler: None,
             forward_loss: None,
             losses: LossWindow::default(),
             batch: PhantomData,
-            config,
-        })
+        }
     }
 
     /// Sets how steps are executed: gradient accumulation, loss read-back, pool trimming.
@@ -159,7 +153,7 @@ where
         if !<B as Backend>::supports_dtype(&self.device, dtype) {
             return Err(TrainerError::UnsupportedPrecision { precision: precision.precision });
         }
-        self.scaler = match (precision.loss_scale, self.scaler.take()) {
+        self.state.loss_scaler = match (precision.loss_scale, self.state.loss_scaler.take()) {
             (Some(config), Some(resumed)) => Some(resumed.with_config(config)),
             (Some(config), None) => Some(LossScaler::new(config)),
             (None, _) => None,
@@ -178,7 +172,7 @@ where
 
     /// The loss scaler, with loss scaling on.
     pub fn loss_scaler(&self) -> Option<&LossScaler> {
-        self.scaler.as_ref()
+        self.state.loss_scaler.as_ref()
     }
 
     /// Writes every step's record to a new JSON-lines file at `path` (truncating it).
@@ -228,37 +222,37 @@ where
 
     /// The phase of the next step.
     pub fn phase(&self) -> Phase {
-        self.schedule.current()
+        self.state.schedule.current()
     }
 
     /// Steps taken.
     pub fn steps_taken(&self) -> usize {
-        self.step
+        self.state.step
     }
 
     /// The learning-rate schedule's position.
     pub fn optimizer_step(&self) -> usize {
-        self.optimizer_step
+        self.state.optimizer_step
     }
 
     /// The multiplier on predicted updates.
     pub fn scale(&self) -> f64 {
-        self.scale
+        self.state.scale
     }
 
     /// The confidence in the predictor, in `[0, 1]`.
     pub fn confidence(&self) -> f64 {
-        self.confidence
+        self.state.confidence
     }
 
     /// Predict steps the next block will have.
     pub fn horizon(&self) -> usize {
-        self.schedule.horizon()
+        self.state.schedule.horizon()
     }
 
     /// The configuration.
     pub fn config(&self) -> &HybridConfig {
-        &self.config
+        &self.state.config
     }
 
     /// The update predictor: what the next predict step will apply is
@@ -269,7 +263,7 @@ where
 
     /// The learning-rate schedule.
     pub fn lr_schedule(&self) -> &LrSchedule {
-        &self.lr
+        &self.state.lr
     }
 
     /// The device batches and tensors live on.
@@ -284,14 +278,14 @@ where
     /// left out; a caller may also pass over a batch it cannot use while keeping the
     /// schedule where a run with that batch would be.
     pub fn skip_step(&mut self) {
-        self.step += 1;
-        self.optimizer_step += 1;
+        self.state.step += 1;
+        self.state.optimizer_step += 1;
     }
 
     /// Totals so far, with the predictor's current size and the running loss.
     pub fn statistics(&self) -> TrainerStatistics {
-        let mut statistics = self.statistics.clone();
-        statistics.running_loss = self.guard.running();
+        let mut statistics = self.state.statistics.clone();
+        statistics.running_loss = self.state.guard.running();
         statistics.predictor_bytes = self.predictor.bytes();
         statistics
     }
@@ -328,15 +322,15 @@ where
                 got: micro_batches.len(),
             });
         }
-        if self.schedule.current() == Phase::Predict && !self.predictor.is_ready() {
+        if self.state.schedule.current() == Phase::Predict && !self.predictor.is_ready() {
             // Unreachable through the gate, which needs a ready predictor; a hand-edited
             // checkpoint could get here. Fall back to full steps.
-            self.schedule.rollback(&self.config);
+            self.state.schedule.rollback(&self.state.config);
         }
-        let phase = self.schedule.current();
+        let phase = self.state.schedule.current();
         let span = tracing::info_span!(
             "step",
-            step = self.step,
+            step = self.state.step,
             phase = %phase,
             loss = tracing::field::Empty,
             rolled_back = tracing::field::Empty
@@ -364,20 +358,20 @@ where
 
         if !outcome.rolled_back {
             // No block while the predictor is empty or the learning rate still warms up.
-            let gate = if self.predictor.is_ready() && self.optimizer_step >= self.lr.warmup_steps() {
-                self.confidence
+            let gate = if self.predictor.is_ready() && self.state.optimizer_step >= self.state.lr.warmup_steps() {
+                self.state.confidence
             } else {
                 f64::NAN
             };
-            self.schedule.advance(&self.config, gate);
+            self.state.schedule.advance(&self.state.config, gate);
         }
-        if self.execution.trims_after(self.step, phase, self.schedule.current()) {
+        if self.execution.trims_after(self.state.step, phase, self.state.schedule.current()) {
             self.trim();
         }
         let memory = if synced { B::memory_sample(&self.device) } else { None };
 
         let record = StepRecord {
-            step: self.step,
+            step: self.state.step,
             optimizer_step: outcome.optimizer_step,
             phase,
             loss: outcome.loss,
@@ -392,9 +386,9 @@ where
             memory,
             predicted: phase == Phase::Predict,
             rolled_back: outcome.rolled_back,
-            scale: self.scale,
-            confidence: self.confidence,
-            horizon: self.schedule.horizon(),
+            scale: self.state.scale,
+            confidence: self.state.confidence,
+            horizon: self.state.schedule.horizon(),
             cosine: outcome.alignment.map(|a| a.cosine),
             norm_ratio: outcome.alignment.map(|a| a.norm_ratio),
             loss_scale: outcome.loss_scale,
@@ -402,8 +396,8 @@ where
             gain: outcome.gain,
             efficiency: outcome.efficiency,
         };
-        self.step += 1;
-        self.statistics.observe(&record);
+        self.state.step += 1;
+        self.state.statistics.observe(&record);
         if let Some(loss) = record.loss {
             span.record("loss", loss);
         }
@@ -450,9 +444,9 @@ where
     /// Asks the device pool to release what it keeps unused, and counts what it gave back.
     fn trim(&mut self) {
         let report = crate::memory::trim::<B>(&self.device);
-        self.statistics.trims += 1;
-        self.statistics.trimmed_bytes += report.released_bytes().unwrap_or(0);
-        tracing::debug!(step = self.step, released = report.released_bytes(), "pool trimmed");
+        self.state.statistics.trims += 1;
+        self.state.statistics.trimmed_bytes += report.released_bytes().unwrap_or(0);
+        tracing::debug!(step = self.state.step, released = report.released_bytes(), "pool trimmed");
     }
 
     /// Reads back the full-step losses still on the device and feeds their mean to the
@@ -460,15 +454,15 @@ where
     /// being the current position). Returns the mean, `None` when there were none.
     fn read_losses(&mut self) -> Option<f64> {
         let (mean, steps) = self.losses.read()?;
-        let position = self.optimizer_step.saturating_sub(steps.saturating_sub(1) / 2);
-        self.guard.observe_full(position, mean);
+        let position = self.state.optimizer_step.saturating_sub(steps.saturating_sub(1) / 2);
+        self.state.guard.observe_full(position, mean);
         Some(mean)
     }
 
     /// Whether the full step just queued must read its loss back now.
     fn loss_due(&self) -> bool {
         self.losses.steps() >= self.execution.loss_every
-            || (!self.config.is_all_full() && self.schedule.is_last_of_phase())
+            || (!self.state.config.is_all_full() && self.state.schedule.is_last_of_phase())
     }
 
     /// Forward and backward over every micro-batch, then the optimizer on their mean
@@ -478,7 +472,7 @@ where
         let count = micro_batches.len();
         // A resumed scaler without `with_precision` scales nothing: the step takes the plain path.
         let scaling = self.forward_loss.is_some();
-        let loss_scale = self.scaler.as_ref().filter(|_| scaling).map(LossScaler::scale);
+        let loss_scale = self.state.loss_scaler.as_ref().filter(|_| scaling).map(LossScaler::scale);
         let dtype = self.precision.precision.dtype();
         // Mixed precision: one compute copy of the weights serves every micro-batch.
         let compute = self
@@ -533,7 +527,7 @@ where
         };
         let mean_loss = loss_sum.map(|sum| sum.div_scalar(count as f64));
 
-        if let Some(scaler) = self.scaler.as_mut().filter(|_| scaling) {
+        if let Some(scaler) = self.state.loss_scaler.as_mut().filter(|_| scaling) {
             // One scalar read per full step: the price of knowing whether to apply it.
             let finite = overflow_check.is_none_or(|check| check.into_scalar().elem::<f64>().is_finite());
             if scaler.update(finite) == ScaledStep::Skip {
@@ -541,7 +535,7 @@ where
                 self.model = Some(model);
                 let loss = mean_loss.map(|mean| mean.into_scalar().elem::<f64>());
                 tracing::warn!(
-                    step = self.step,
+                    step = self.state.step,
                     loss,
                     loss_scale,
                     next_scale = scaler.scale(),
@@ -549,8 +543,8 @@ where
                 );
                 return Ok(StepOutcome {
                     loss,
-                    lr: self.lr.at(self.optimizer_step),
-                    optimizer_step: self.optimizer_step,
+                    lr: self.state.lr.at(self.state.optimizer_step),
+                    optimizer_step: self.state.optimizer_step,
                     rolled_back: false,
                     alignment: None,
                     loss_scale,
@@ -569,14 +563,14 @@ where
             drop(grads);
             self.model = Some(model);
             return Err(TrainerError::NonFiniteLoss {
-                step: self.step,
+                step: self.state.step,
                 loss,
             });
         }
 
-        let optimizer_step = self.optimizer_step;
-        let lr = self.lr.at(optimizer_step);
-        let alignment = if self.config.is_all_full() {
+        let optimizer_step = self.state.optimizer_step;
+        let lr = self.state.lr.at(optimizer_step);
+        let alignment = if self.state.config.is_all_full() {
             // The baseline never predicts: no updates to record, nothing to feed.
             let model = <M as TrainStep>::optimize::<B, O>(model, &mut self.optimizer, lr, grads);
             self.model = Some(model);
@@ -593,7 +587,7 @@ where
             self.predictor.observe(&deltas, lr);
             alignment
         };
-        self.optimizer_step += 1;
+        self.state.optimizer_step += 1;
         Ok(StepOutcome {
             loss,
             lr,
@@ -619,10 +613,10 @@ where
         deltas: &ParamUpdates<B::InnerBackend>,
         lr: f64,
     ) -> Option<Alignment> {
-        if !(phase == Phase::Correct && self.awaiting_calibration) {
+        if !(phase == Phase::Correct && self.state.awaiting_calibration) {
             return None;
         }
-        self.awaiting_calibration = false;
+        self.state.awaiting_calibration = false;
         if !self.predictor.is_ready() {
             return None;
         }
@@ -631,7 +625,7 @@ where
         // Relative to what a predict step applies: scale · lr · m.
         Some(Alignment {
             cosine: raw.cosine,
-            norm_ratio: raw.norm_ratio / self.scale,
+            norm_ratio: raw.norm_ratio / self.state.scale,
         })
     }
 
@@ -644,8 +638,8 @@ where
     /// and no progress. A kept block's other steps run nothing: the data and the
     /// learning-rate position move on.
     fn predict_step(&mut self, micro_batches: impl ExactSizeIterator<Item = T>) -> Result<StepOutcome, TrainerError> {
-        let optimizer_step = self.optimizer_step;
-        let lr = self.lr.at(optimizer_step);
+        let optimizer_step = self.state.optimizer_step;
+        let lr = self.state.lr.at(optimizer_step);
         let coasting = StepOutcome {
             loss: None,
             lr,
@@ -658,39 +652,39 @@ where
             efficiency: None,
             ran_full: false,
         };
-        if !self.schedule.is_first_of_phase() {
+        if !self.state.schedule.is_first_of_phase() {
             micro_batches.for_each(drop);
-            self.optimizer_step += 1;
+            self.state.optimizer_step += 1;
             return Ok(coasting);
         }
         // The pace must include every full step (normally read already, as the last step
         // of its phase).
         self.read_losses();
-        let steps = self.schedule.steps_left();
-        let rates: f64 = (0..steps).map(|j| self.lr.at(optimizer_step + j)).sum();
+        let steps = self.state.schedule.steps_left();
+        let rates: f64 = (0..steps).map(|j| self.state.lr.at(optimizer_step + j)).sum();
         // Probed twice, and trained on if the block is rejected.
         let batches: Vec<T> = micro_batches.collect();
 
         let model = self.model.take().ok_or(TrainerError::ModelLost)?;
-        let snapshot = Snapshot::take(&model.valid(), self.config.snapshot);
-        self.statistics.snapshot_bytes = self.statistics.snapshot_bytes.max(snapshot.bytes());
+        let snapshot = Snapshot::take(&model.valid(), self.state.config.snapshot);
+        self.state.statistics.snapshot_bytes = self.state.statistics.snapshot_bytes.max(snapshot.bytes());
         let before = self.probe(&model, &batches);
         let prediction = self.predictor.predict(rates);
-        let model = params::apply_update::<B, M>(model, &prediction, self.scale);
+        let model = params::apply_update::<B, M>(model, &prediction, self.state.scale);
         drop(prediction);
         let after = self.probe(&model, &batches);
 
-        let verdict = self.guard.judge_block(before, after, steps);
-        self.confidence = confidence_after(self.confidence, &verdict, self.schedule.is_reprobe());
-        self.scale = scale_after(self.scale, &verdict, &self.config);
+        let verdict = self.state.guard.judge_block(before, after, steps);
+        self.state.confidence = confidence_after(self.state.confidence, &verdict, self.state.schedule.is_reprobe());
+        self.state.scale = scale_after(self.state.scale, &verdict, &self.state.config);
         let gain = verdict.gain.is_finite().then_some(verdict.gain);
         if verdict.keep {
             drop((snapshot, batches));
             self.model = Some(model);
-            self.optimizer_step += 1;
-            self.schedule.calibrate(&self.config, evidence(&verdict));
-            self.awaiting_calibration = true;
-            tracing::debug!(step = self.step, before, after, steps, efficiency = verdict.efficiency, "predict block kept");
+            self.state.optimizer_step += 1;
+            self.state.schedule.calibrate(&self.state.config, evidence(&verdict));
+            self.state.awaiting_calibration = true;
+            tracing::debug!(step = self.state.step, before, after, steps, efficiency = verdict.efficiency, "predict block kept");
             return Ok(StepOutcome {
                 loss: Some(after),
                 gain,
@@ -699,12 +693,12 @@ where
             });
         }
         let reason = verdict.reason.unwrap_or(RollbackReason::NonFinite(after));
-        self.schedule.rollback(&self.config);
+        self.state.schedule.rollback(&self.state.config);
         tracing::warn!(
-            step = self.step,
+            step = self.state.step,
             %reason,
-            confidence = self.confidence,
-            scale = self.scale,
+            confidence = self.state.confidence,
+            scale = self.state.scale,
             "predicted block rolled back; the step trains as a full step"
         );
         self.model = Some(snapshot.restore::<B, M>(model));

@@ -66,6 +66,7 @@ mod precision;
 mod predictor;
 mod record;
 mod snapshot;
+mod state;
 mod statistics;
 mod step;
 
@@ -76,26 +77,16 @@ mod execution_tests;
 #[cfg(test)]
 mod precision_tests;
 
-pub use accumulation::MicroBatchGradients;
-pub use checkpoint::{
-    checkpoint_name, load_latest, save as save_checkpoint_files, CheckpointPayload, TrainerState,
-    DEFAULT_KEEP, STATE_FORMAT,
-};
+// The public surface: what a caller builds, configures, reads and implements.
 pub use config::{ConfigError, HybridConfig, PredictorPrecision, SnapshotStore};
 pub use error::TrainerError;
 pub use execution::{ExecutionConfig, TrimPolicy};
-pub use guard::{BlockVerdict, LossGuard, RollbackReason};
 pub use hybrid::HybridTrainer;
-pub use loss_window::LossWindow;
 pub use lr::LrSchedule;
-pub use mixed::{compute_copy, master_gradients, CastParams, MasterGradients};
-pub use params::{
-    alignment, apply_update, collect, differences, Alignment, FlatParam, ParamTensors, ParamUpdates,
-};
-pub use phase::{Phase, PhaseSchedule};
-pub use precision::{LossScaleConfig, LossScaler, Precision, PrecisionConfig, ScaledStep};
-pub use predictor::{PredictorEntry, PredictorState, UpdatePredictor};
-pub use record::{JsonlWriter, StepRecord};
-pub use snapshot::Snapshot;
+pub use params::ParamUpdates;
+pub use phase::Phase;
+pub use precision::{LossScaleConfig, LossScaler, Precision, PrecisionConfig};
+pub use predictor::UpdatePredictor;
+pub use record::StepRecord;
 pub use statistics::TrainerStatistics;
-pub use step::{ForwardLoss, HybridBatch, StepLoss};
+pub use step::{ForwardLoss, HybridBatch, HybridModel, StepLoss};

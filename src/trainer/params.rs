@@ -45,13 +45,9 @@ impl<B: Backend> ParamTensors<B> {
     }
 
     /// Number of parameters.
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.params.len()
-    }
-
-    /// Whether there are none.
-    pub fn is_empty(&self) -> bool {
-        self.params.is_empty()
     }
 
     /// Device bytes the tensors occupy.

@@ -5,21 +5,20 @@
 //! error, where the bincode recorder would panic, and MessagePack keeps every float
 //! exact. The state is also written to `trainer.json` for people (see `checkpoint.rs`).
 
-use std::marker::PhantomData;
 use std::path::{Path, PathBuf};
 
-use burn::module::{AutodiffModule, Module};
+use burn::module::Module;
 use burn::optim::Optimizer;
 use burn::record::{FullPrecisionSettings, NamedMpkBytesRecorder, Recorder};
 use burn::tensor::backend::AutodiffBackend;
-use burn::train::{InferenceStep, TrainStep};
 use serde::{Deserialize, Serialize};
 
-use super::checkpoint::{self, CheckpointPayload, TrainerState, DEFAULT_KEEP, STATE_FORMAT};
+use super::checkpoint::{self, CheckpointPayload};
+use super::state::TrainerState;
 use super::error::TrainerError;
 use super::hybrid::HybridTrainer;
 use super::predictor::{PredictorState, UpdatePredictor};
-use super::step::{HybridBatch, StepLoss};
+use super::step::{HybridBatch, HybridModel};
 use crate::memory::MemoryProbe;
 
 type CheckpointRecorder = NamedMpkBytesRecorder<FullPrecisionSettings>;
@@ -34,29 +33,15 @@ struct TrainerBinary {
 impl<B, M, O, T> HybridTrainer<B, M, O, T>
 where
     B: AutodiffBackend + MemoryProbe,
-    M: AutodiffModule<B> + TrainStep<Input = T>,
-    <M as TrainStep>::Output: StepLoss<B>,
-    M::InnerModule: InferenceStep<Input = T::Inner>,
-    <M::InnerModule as InferenceStep>::Output: StepLoss<B::InnerBackend>,
+    M: HybridModel<B, T>,
     O: Optimizer<M, B>,
     T: HybridBatch<B>,
 {
     /// Everything about the trainer that is not a tensor.
-    pub fn state(&self) -> TrainerState {
+    pub(crate) fn state(&self) -> TrainerState {
         TrainerState {
-            format: STATE_FORMAT,
-            step: self.step,
-            optimizer_step: self.optimizer_step,
-            schedule: self.schedule.clone(),
-            scale: self.scale,
-            confidence: self.confidence,
-            awaiting_calibration: self.awaiting_calibration,
-            guard: self.guard.clone(),
-            config: self.config.clone(),
-            lr: self.lr.clone(),
-            seed: self.config.seed,
             statistics: self.statistics(),
-            loss_scaler: self.scaler.clone(),
+            ..self.state.clone()
         }
     }
 
@@ -157,32 +142,6 @@ where
             phase = %state.schedule.current(),
             "resumed"
         );
-        Ok(Self {
-            model: Some(model),
-            optimizer,
-            lr: state.lr,
-            schedule: state.schedule,
-            predictor,
-            guard: state.guard,
-            scale: state.scale,
-            confidence: state.confidence,
-            awaiting_calibration: state.awaiting_calibration,
-            step: state.step,
-            optimizer_step: state.optimizer_step,
-            device,
-            metrics: None,
-            statistics: state.statistics,
-            keep_checkpoints: DEFAULT_KEEP,
-            // Execution settings are the caller's, not the checkpoint's: set them with
-            // `with_execution` after resuming.
-            execution: Default::default(),
-            // Likewise the precision (`with_precision`), which keeps this scaler's scale.
-            precision: Default::default(),
-            scaler: state.loss_scaler,
-            forward_loss: None,
-            losses: Default::default(),
-            batch: PhantomData,
-            config: state.config,
-        })
+        Ok(Self::assemble(model, optimizer, state, predictor, device))
     }
 }

@@ -117,11 +117,6 @@ impl PhaseSchedule {
         self.horizon
     }
 
-    /// Full steps still forced by the last rollback.
-    pub fn cooldown_left(&self) -> usize {
-        self.cooldown_left
-    }
-
     /// Moves past the step just taken to the phase of the next one.
     ///
     /// `confidence` is only read when a predict block could start; NaN (no predictor yet,
@@ -274,12 +269,12 @@ mod tests {
         schedule.rollback(&config);
         assert_eq!(schedule.current(), F);
         assert_eq!(schedule.horizon(), 1);
-        assert_eq!(schedule.cooldown_left(), 3);
+        assert_eq!(schedule.cooldown_left, 3);
         assert_eq!(
             phases(&mut schedule, &config, 6, 1.0),
             vec![F, F, F, P, C, F]
         );
-        assert_eq!(schedule.cooldown_left(), 0);
+        assert_eq!(schedule.cooldown_left, 0);
     }
 
     #[test]

@@ -189,12 +189,12 @@ pub struct LossScaler {
 
 impl LossScaler {
     /// A scaler at `config.initial_scale`.
-    pub fn new(config: LossScaleConfig) -> Self {
+    pub(crate) fn new(config: LossScaleConfig) -> Self {
         Self { scale: config.initial_scale, config, clean_steps: 0, overflows: 0 }
     }
 
     /// The same scale and counts under new settings (a resumed run's scaler).
-    pub fn with_config(mut self, config: LossScaleConfig) -> Self {
+    pub(crate) fn with_config(mut self, config: LossScaleConfig) -> Self {
         self.config = config;
         self
     }
@@ -211,7 +211,7 @@ impl LossScaler {
 
     /// Takes in whether the gradients of a step were all finite, moves the scale, and says
     /// whether to apply them.
-    pub fn update(&mut self, finite: bool) -> ScaledStep {
+    pub(crate) fn update(&mut self, finite: bool) -> ScaledStep {
         if !finite {
             self.overflows += 1;
             self.clean_steps = 0;

@@ -60,7 +60,7 @@ pub struct PredictorState {
 
 impl<B: Backend> UpdatePredictor<B> {
     /// An empty predictor.
-    pub fn new(decay: f64, precision: PredictorPrecision) -> Self {
+    pub(crate) fn new(decay: f64, precision: PredictorPrecision) -> Self {
         Self {
             entries: BTreeMap::new(),
             decay,
@@ -73,7 +73,7 @@ impl<B: Backend> UpdatePredictor<B> {
     ///
     /// A parameter seen for the first time starts at `Δ/lr`. A step with a rate that is
     /// zero or not finite says nothing about the update per unit rate and is skipped.
-    pub fn observe(&mut self, deltas: &ParamUpdates<B>, lr: f64) {
+    pub(crate) fn observe(&mut self, deltas: &ParamUpdates<B>, lr: f64) {
         if !(lr.is_finite() && lr > 0.0) {
             tracing::debug!(lr, "update not observed: learning rate is not positive");
             return;
@@ -141,7 +141,7 @@ impl<B: Backend> UpdatePredictor<B> {
     }
 
     /// Reads the state back to host memory (a device-to-host copy of every average).
-    pub fn to_record(&self) -> PredictorState {
+    pub(crate) fn to_record(&self) -> PredictorState {
         PredictorState {
             observations: self.observations,
             decay: self.decay,
@@ -159,7 +159,7 @@ impl<B: Backend> UpdatePredictor<B> {
     }
 
     /// Rebuilds a predictor on `device` from a saved state, bit for bit.
-    pub fn from_record(state: PredictorState, device: &B::Device) -> Self {
+    pub(crate) fn from_record(state: PredictorState, device: &B::Device) -> Self {
         let entries = state
             .entries
             .into_iter()

@@ -143,11 +143,6 @@ impl JsonlWriter {
             .and_then(|()| self.file.flush())
             .map_err(|err| TrainerError::io(&self.path, err))
     }
-
-    /// The file being written.
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
 }
 
 #[cfg(test)]

@@ -115,14 +115,6 @@ impl<B: Backend> Snapshot<B> {
         }
     }
 
-    /// Where the snapshot lives.
-    pub fn store(&self) -> SnapshotStore {
-        match self {
-            Snapshot::Device(_) => SnapshotStore::Device,
-            Snapshot::Host(_) => SnapshotStore::Host,
-        }
-    }
-
     /// Bytes the saved values occupy (device bytes for a device snapshot, host bytes for a
     /// host one).
     pub fn bytes(&self) -> usize {
@@ -167,7 +159,11 @@ mod tests {
         let model: Linear<Train> = LinearConfig::new(4, 3).init(&NdArrayDevice::Cpu);
         let original = weights(&model);
         let snapshot = Snapshot::take(&model.valid(), store);
-        assert_eq!(snapshot.store(), store);
+        let kept_in = match snapshot {
+            Snapshot::Device(_) => SnapshotStore::Device,
+            Snapshot::Host(_) => SnapshotStore::Host,
+        };
+        assert_eq!(kept_in, store);
         assert_eq!(snapshot.bytes(), (12 + 3) * 4);
 
         let moved = perturbed(model);

@@ -6,11 +6,32 @@
 //! the gaps: a batch must be movable to the inner backend, and an output must expose its
 //! loss.
 
+use burn::module::AutodiffModule;
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{FloatDType, Int, Tensor};
 use burn::train::{
-    ClassificationOutput, MultiLabelClassificationOutput, RegressionOutput, SequenceOutput,
+    ClassificationOutput, InferenceStep, MultiLabelClassificationOutput, RegressionOutput,
+    SequenceOutput, TrainStep,
 };
+
+/// A model the trainer can train on batches `T`: Burn's [`TrainStep`] on the autodiff
+/// model and [`InferenceStep`] on its inner module (what a predict block's probe runs),
+/// both with outputs that carry their loss. Implemented for every model that has those;
+/// it only names the bounds once.
+pub trait HybridModel<B: AutodiffBackend, T: HybridBatch<B>>:
+    AutodiffModule<B, InnerModule: InferenceStep<Input = T::Inner, Output: StepLoss<B::InnerBackend>>>
+    + TrainStep<Input = T, Output: StepLoss<B>>
+{
+}
+
+impl<B, T, M> HybridModel<B, T> for M
+where
+    B: AutodiffBackend,
+    T: HybridBatch<B>,
+    M: AutodiffModule<B, InnerModule: InferenceStep<Input = T::Inner, Output: StepLoss<B::InnerBackend>>>
+        + TrainStep<Input = T, Output: StepLoss<B>>,
+{
+}
 
 /// A training batch that can also be given to the inner (non-autodiff) model.
 ///

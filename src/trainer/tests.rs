@@ -11,6 +11,7 @@ use burn::tensor::{Tensor, TensorData};
 use burn::train::{InferenceStep, RegressionOutput, TrainOutput, TrainStep};
 
 use super::*;
+use super::params::collect;
 
 pub(super) type Train = Autodiff<NdArray>;
 pub(super) type Batch = (Tensor<Train, 2>, Tensor<Train, 2>);

@@ -57,10 +57,7 @@ fn reserved(device: &Device) -> u64 {
 }
 
 fn parameters(model: &Gpt2<Wgpu>) -> Vec<Vec<f32>> {
-    leanburn::trainer::collect(model)
-        .iter()
-        .map(|(_, param)| param.tensor.clone().into_data().to_vec::<f32>().expect("f32 parameters"))
-        .collect()
+    crate::float_parameters(model).into_iter().map(|(values, _)| values).collect()
 }
 
 #[test]

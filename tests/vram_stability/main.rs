@@ -34,12 +34,12 @@ mod predict;
 mod residency;
 mod rollback;
 
-use burn::module::AutodiffModule;
+use burn::module::{Module, ModuleVisitor, Param};
 use burn::optim::Optimizer;
-use burn::tensor::backend::AutodiffBackend;
-use burn::train::{InferenceStep, TrainStep};
+use burn::tensor::backend::{AutodiffBackend, Backend};
+use burn::tensor::{DType, Tensor};
 use leanburn::memory::{LeakDetector, LeakReport, MemoryProbe};
-use leanburn::trainer::{HybridBatch, HybridTrainer, StepLoss, TrainerStatistics};
+use leanburn::trainer::{HybridBatch, HybridTrainer, TrainerStatistics};
 
 /// `Autodiff<Lean<CubeBackend<Wgpu>>>`: leanburn's convolutions inside autodiff.
 pub type LeanWgpu = leanburn::select::LeanWgpuStack;
@@ -47,6 +47,23 @@ pub type LeanWgpu = leanburn::select::LeanWgpuStack;
 /// Live bytes in the device pool now.
 pub fn in_use<B: MemoryProbe>(device: &B::Device) -> u64 {
     B::memory_sample(device).expect("wgpu memory is readable").bytes_in_use
+}
+
+/// Every float parameter of `model`, in the module's order: its values as f32 and the
+/// dtype it is stored in.
+pub fn float_parameters<B: Backend, M: Module<B>>(model: &M) -> Vec<(Vec<f32>, DType)> {
+    struct Values(Vec<(Vec<f32>, DType)>);
+    impl<B: Backend> ModuleVisitor<B> for Values {
+        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+            let tensor = param.val();
+            let dtype = tensor.dtype();
+            let values = tensor.into_data().convert::<f32>().to_vec::<f32>().expect("float parameters");
+            self.0.push((values, dtype));
+        }
+    }
+    let mut values = Values(Vec::new());
+    model.visit(&mut values);
+    values.0
 }
 
 /// What a long run's memory did after it settled.
@@ -92,10 +109,7 @@ pub fn soak<B, M, O, T>(
 ) -> Soak
 where
     B: AutodiffBackend + MemoryProbe,
-    M: AutodiffModule<B> + TrainStep<Input = T>,
-    <M as TrainStep>::Output: StepLoss<B>,
-    M::InnerModule: InferenceStep<Input = T::Inner>,
-    <M::InnerModule as InferenceStep>::Output: StepLoss<B::InnerBackend>,
+    M: leanburn::trainer::HybridModel<B, T>,
     O: Optimizer<M, B>,
     T: HybridBatch<B>,
 {

@@ -12,7 +12,7 @@ use burn::tensor::DType;
 use leanburn::data::{HostBatch, ShapeSampler, Split, WindowSampler, SHAPE_CLASSES};
 use leanburn::memory::{format_bytes, trim, MemoryProbe};
 use leanburn::model::{ConvClassifier, ConvClassifierConfig, Gpt2, Gpt2Config};
-use leanburn::trainer::{collect, HybridConfig, HybridTrainer, LossScaleConfig, LrSchedule, Precision, PrecisionConfig};
+use leanburn::trainer::{HybridConfig, HybridTrainer, LossScaleConfig, LrSchedule, Precision, PrecisionConfig};
 
 use crate::common::{exclusive_device, wgpu_device};
 use crate::LeanWgpu;
@@ -43,10 +43,9 @@ fn supports_f16(device: &Device) -> bool {
 /// Every parameter as f32 values, and whether each is stored as f32.
 fn parameters<B: burn::tensor::backend::AutodiffBackend>(model: &Gpt2<B>) -> (Vec<Vec<f32>>, bool) {
     let inner = burn::module::AutodiffModule::valid(model);
-    let params = collect(&inner);
-    let all_f32 = params.iter().all(|(_, param)| param.tensor.dtype() == DType::F32);
-    let values = params.iter().map(|(_, param)| param.tensor.clone().into_data().convert::<f32>().to_vec::<f32>().expect("f32")).collect();
-    (values, all_f32)
+    let params = crate::float_parameters(&inner);
+    let all_f32 = params.iter().all(|(_, dtype)| *dtype == DType::F32);
+    (params.into_iter().map(|(values, _)| values).collect(), all_f32)
 }
 
 /// What one run of [`gpt2_run`] saw.
