@@ -49,25 +49,17 @@
 //! through an example.
 
 mod accumulation;
-mod calibration;
-mod checkpoint;
 mod config;
 mod error;
 mod execution;
-mod guard;
 mod hybrid;
 mod loss_window;
 mod lr;
-mod mixed;
 mod params;
-mod persist;
-mod phase;
+mod checkpoint;
+mod predict;
+mod records;
 mod precision;
-mod predictor;
-mod record;
-mod snapshot;
-mod state;
-mod statistics;
 mod step;
 
 #[cfg(test)]
@@ -84,9 +76,9 @@ pub use execution::{ExecutionConfig, TrimPolicy};
 pub use hybrid::HybridTrainer;
 pub use lr::LrSchedule;
 pub use params::ParamUpdates;
-pub use phase::Phase;
+pub use predict::phase::Phase;
 pub use precision::{LossScaleConfig, LossScaler, Precision, PrecisionConfig};
-pub use predictor::UpdatePredictor;
-pub use record::StepRecord;
-pub use statistics::TrainerStatistics;
+pub use predict::predictor::UpdatePredictor;
+pub use records::record::StepRecord;
+pub use records::statistics::TrainerStatistics;
 pub use step::{ForwardLoss, HybridBatch, HybridModel, StepLoss};

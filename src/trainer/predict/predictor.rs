@@ -14,8 +14,8 @@ use burn::tensor::backend::Backend;
 use burn::tensor::{DType, FloatDType, Tensor, TensorData};
 use serde::{Deserialize, Serialize};
 
-use super::config::PredictorPrecision;
-use super::params::{float_dtype, tensor_bytes, ParamUpdates};
+use crate::trainer::config::PredictorPrecision;
+use crate::trainer::params::{float_dtype, tensor_bytes, ParamUpdates};
 
 #[derive(Clone, Debug)]
 struct Entry<B: Backend> {

@@ -2,8 +2,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::phase::Phase;
-use super::record::StepRecord;
+use crate::trainer::predict::phase::Phase;
+use crate::trainer::records::record::StepRecord;
 
 /// Running totals over every step a trainer has taken (checkpointed with it).
 ///
@@ -47,7 +47,7 @@ pub struct TrainerStatistics {
     pub predictor_bytes: usize,
     /// The largest rollback snapshot held so far, in bytes.
     pub snapshot_bytes: usize,
-    /// Times the trainer trimmed the device pool ([`TrimPolicy`](super::TrimPolicy)).
+    /// Times the trainer trimmed the device pool ([`TrimPolicy`](crate::trainer::TrimPolicy)).
     #[serde(default)]
     pub trims: usize,
     /// Reserved bytes those trims handed back to the device.

@@ -27,8 +27,8 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use super::error::TrainerError;
-use super::state::{TrainerState, STATE_FORMAT};
+use crate::trainer::error::TrainerError;
+use crate::trainer::checkpoint::state::{TrainerState, STATE_FORMAT};
 
 /// Finished checkpoints kept by default; older ones are removed after each save.
 pub const DEFAULT_KEEP: usize = 2;

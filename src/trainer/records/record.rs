@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::error::TrainerError;
-use super::phase::Phase;
+use crate::trainer::error::TrainerError;
+use crate::trainer::predict::phase::Phase;
 use crate::memory::MemorySample;
 
 /// What one trainer step did and cost.
@@ -25,7 +25,7 @@ pub struct StepRecord {
     /// accumulation.
     ///
     /// `None` when the step left its loss on the device
-    /// ([`loss_every`](super::ExecutionConfig::loss_every) above 1); the step that reads
+    /// ([`loss_every`](crate::trainer::ExecutionConfig::loss_every) above 1); the step that reads
     /// the window back reports the mean of the window's losses. In JSON an unread loss is
     /// left out and a non-finite one is written as `null` (read back as NaN).
     #[serde(default, skip_serializing_if = "Option::is_none", with = "finite_or_null")]
@@ -55,7 +55,7 @@ pub struct StepRecord {
     /// `‖real update‖ / ‖applied prediction‖`, on steps that measured it.
     pub norm_ratio: Option<f64>,
     /// The loss scale this step's backward pass used, with loss scaling on
-    /// ([`PrecisionConfig::loss_scale`](super::PrecisionConfig::loss_scale)).
+    /// ([`PrecisionConfig::loss_scale`](crate::trainer::PrecisionConfig::loss_scale)).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub loss_scale: Option<f64>,
     /// Whether the step's gradients overflowed, so that its update was skipped and the

@@ -70,7 +70,7 @@ pub struct BlockVerdict {
 
 impl LossGuard {
     /// A guard with no loss seen yet. `decay` weighs the old running value; `min_gain` is
-    /// [`HybridConfig::min_gain`](super::HybridConfig::min_gain).
+    /// [`HybridConfig::min_gain`](crate::trainer::HybridConfig::min_gain).
     pub fn new(decay: f64, min_gain: f64) -> Self {
         Self {
             running: None,

@@ -4,12 +4,12 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::config::HybridConfig;
-use super::guard::LossGuard;
-use super::lr::LrSchedule;
-use super::phase::PhaseSchedule;
-use super::precision::LossScaler;
-use super::statistics::TrainerStatistics;
+use crate::trainer::config::HybridConfig;
+use crate::trainer::predict::guard::LossGuard;
+use crate::trainer::lr::LrSchedule;
+use crate::trainer::predict::phase::PhaseSchedule;
+use crate::trainer::precision::LossScaler;
+use crate::trainer::records::statistics::TrainerStatistics;
 
 /// Version of the `trainer.json` layout. 2: predict blocks verified by a paired probe
 /// (`min_gain`, `hold_efficiency`, `reprobe_steps`; the guard keeps the recent pace).

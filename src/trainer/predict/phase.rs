@@ -8,7 +8,7 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-use super::config::HybridConfig;
+use crate::trainer::config::HybridConfig;
 
 /// The kind of a training step.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -188,7 +188,7 @@ impl PhaseSchedule {
 
 #[cfg(test)]
 mod tests {
-    use super::Phase::{Correct as C, Full as F, Predict as P, Warmup as W};
+    use crate::trainer::Phase::{Correct as C, Full as F, Predict as P, Warmup as W};
     use super::*;
 
     fn config() -> HybridConfig {

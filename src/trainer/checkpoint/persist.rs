@@ -13,12 +13,12 @@ use burn::record::{FullPrecisionSettings, NamedMpkBytesRecorder, Recorder};
 use burn::tensor::backend::AutodiffBackend;
 use serde::{Deserialize, Serialize};
 
-use super::checkpoint::{self, CheckpointPayload};
-use super::state::TrainerState;
-use super::error::TrainerError;
-use super::hybrid::HybridTrainer;
-use super::predictor::{PredictorState, UpdatePredictor};
-use super::step::{HybridBatch, HybridModel};
+use crate::trainer::checkpoint::files::{self, CheckpointPayload};
+use crate::trainer::checkpoint::state::TrainerState;
+use crate::trainer::error::TrainerError;
+use crate::trainer::hybrid::HybridTrainer;
+use crate::trainer::predict::predictor::{PredictorState, UpdatePredictor};
+use crate::trainer::step::{HybridBatch, HybridModel};
 use crate::memory::MemoryProbe;
 
 type CheckpointRecorder = NamedMpkBytesRecorder<FullPrecisionSettings>;
@@ -75,7 +75,7 @@ where
             trainer,
             state,
         };
-        checkpoint::save(dir, &payload, self.keep_checkpoints)
+        files::save(dir, &payload, self.keep_checkpoints)
     }
 
     /// Rebuilds a trainer from the newest checkpoint in `dir`.
@@ -91,7 +91,7 @@ where
         dir: impl AsRef<Path>,
         device: B::Device,
     ) -> Result<Self, TrainerError> {
-        let (path, payload) = checkpoint::load_latest(dir.as_ref())?;
+        let (path, payload) = files::load_latest(dir.as_ref())?;
         let CheckpointPayload {
             model,
             optimizer: optimizer_bytes,

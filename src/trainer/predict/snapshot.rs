@@ -6,8 +6,8 @@ use burn::module::{Module, ModuleMapper, ModuleVisitor, Param, ParamId};
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Tensor, TensorData};
 
-use super::config::SnapshotStore;
-use super::params::{collect, float_dtype, ParamTensors};
+use crate::trainer::config::SnapshotStore;
+use crate::trainer::params::{collect, float_dtype, ParamTensors};
 
 /// The float parameters of a model at one moment, on the device or in host memory.
 ///

@@ -11,8 +11,8 @@
 //! - **Scale** grows by a quarter (up to `max_scale`) after a kept block whose efficiency
 //!   reached `hold_efficiency`, and halves (down to `min_scale`) after a rollback.
 
-use super::config::HybridConfig;
-use super::guard::BlockVerdict;
+use crate::trainer::config::HybridConfig;
+use crate::trainer::predict::guard::BlockVerdict;
 
 /// What a block counts for in the confidence, in `[0, 1]`.
 pub fn evidence(verdict: &BlockVerdict) -> f64 {
@@ -50,7 +50,7 @@ pub fn scale_after(scale: f64, verdict: &BlockVerdict, config: &HybridConfig) ->
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::trainer::guard::RollbackReason;
+    use crate::trainer::predict::guard::RollbackReason;
 
     fn kept(efficiency: Option<f64>, gain: f64) -> BlockVerdict {
         BlockVerdict { keep: true, gain, efficiency, reason: None }

@@ -1,5 +1,5 @@
 //! The plumbing of a mixed-precision step: the compute copy of the weights, and the
-//! gradients brought back to the master weights (see [`Precision`](super::Precision)).
+//! gradients brought back to the master weights (see [`Precision`](crate::trainer::Precision)).
 //!
 //! Casts happen at the model boundary only: once per parameter into the compute copy,
 //! once per gradient back. Between them every op runs in the compute precision.

@@ -9,9 +9,11 @@
 //! with one cast per parameter at the model boundary, and its gradients are cast back to
 //! f32 once per parameter. No op in between casts.
 
+pub(crate) mod mixed;
+
 use serde::{Deserialize, Serialize};
 
-use super::config::ConfigError;
+use crate::trainer::config::ConfigError;
 use burn::tensor::FloatDType;
 
 /// The float type the forward and backward passes compute in.
