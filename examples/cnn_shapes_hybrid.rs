@@ -88,6 +88,8 @@ struct Args {
 }
 
 fn main() {
+    // SAFETY: first thing in main, before any thread exists.
+    unsafe { leanburn::select::quiet_headless_vulkan() };
     exit_on_failure(run(Args::parse()));
 }
 

@@ -40,6 +40,8 @@ struct Args {
 }
 
 fn main() -> ExitCode {
+    // SAFETY: first thing in main, before any thread exists.
+    unsafe { leanburn::select::quiet_headless_vulkan() };
     tracing_subscriber::fmt().with_env_filter(
         tracing_subscriber::EnvFilter::try_from_env("LEANBURN_LOG").unwrap_or_else(|_| "warn".into()),
     ).with_writer(std::io::stderr).init();

@@ -66,6 +66,8 @@ enum SoakModel {
 }
 
 fn main() {
+    // SAFETY: first thing in main, before any thread exists.
+    unsafe { leanburn::select::quiet_headless_vulkan() };
     exit_on_failure(run(Args::parse()));
 }
 

@@ -53,9 +53,16 @@ fn cpu_run_reports_memory_as_not_available() {
 
 #[test]
 fn wgpu_run_prints_the_adapter_and_a_leak_verdict_per_phase() {
-    let output = demo().args(["--backend", "wgpu", "--steps", "6", "--batch", "2", "--resolution", "16"]).output().unwrap();
+    // As on a headless server: without XDG_RUNTIME_DIR, Mesa's Vulkan drivers print
+    // "error: XDG_RUNTIME_DIR is invalid or not set" twice unless the example sets it.
+    let output = demo()
+        .env_remove("XDG_RUNTIME_DIR")
+        .args(["--backend", "wgpu", "--steps", "6", "--batch", "2", "--resolution", "16"])
+        .output()
+        .unwrap();
     let all = text(&output);
     assert!(output.status.success(), "{all}");
+    assert!(!String::from_utf8_lossy(&output.stderr).contains("XDG_RUNTIME_DIR"), "start-up noise\n{all}");
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(stdout.contains("backend wgpu, adapter"), "{all}");
     assert!(stdout.contains("GROWING"), "the autodiff-forward phase must show growth\n{all}");

@@ -4,6 +4,7 @@
 //! decides where it runs and [`Selection::run`] runs it there.
 
 mod capacity;
+mod headless;
 mod probe;
 mod run;
 
@@ -14,6 +15,7 @@ use burn::backend::wgpu::WgpuDevice;
 use serde::{Deserialize, Serialize};
 
 pub use capacity::{device_memory, host_memory};
+pub use headless::quiet_headless_vulkan;
 #[cfg(feature = "cuda")]
 pub use capacity::cuda_total_memory;
 pub use probe::{probe_cuda, probe_wgpu, AdapterKind, AdapterSummary, CudaStatus};
