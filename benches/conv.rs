@@ -155,8 +155,7 @@ fn float<B: Backend>(tensor: Tensor<B, 4>) -> FloatTensor<B> {
 fn pass<B: Backend>(x: &Tensor<B, 4>, weight: &Tensor<B, 4>, grad: &Tensor<B, 4>, options: &ConvOptions<2>) {
     let device = x.device();
     let out = B::conv2d(float(x.clone()), float(weight.clone()), None, options.clone());
-    let x_grad =
-        B::conv2d_x_backward(float(x.clone()), float(weight.clone()), float(grad.clone()), options.clone());
+    let x_grad = B::conv2d_x_backward(float(x.clone()), float(weight.clone()), float(grad.clone()), options.clone());
     let weight_grad =
         B::conv2d_weight_backward(float(x.clone()), float(weight.clone()), float(grad.clone()), options.clone());
     B::sync(&device).expect("device sync");
@@ -164,7 +163,10 @@ fn pass<B: Backend>(x: &Tensor<B, 4>, weight: &Tensor<B, 4>, grad: &Tensor<B, 4>
 }
 
 /// The shape's convolution options and random input, weight and output gradient.
-fn random_inputs<B: Backend>(shape: &Shape, device: &B::Device) -> (ConvOptions<2>, Tensor<B, 4>, Tensor<B, 4>, Tensor<B, 4>) {
+fn random_inputs<B: Backend>(
+    shape: &Shape,
+    device: &B::Device,
+) -> (ConvOptions<2>, Tensor<B, 4>, Tensor<B, 4>, Tensor<B, 4>) {
     let options = ConvOptions::new([shape.stride; 2], [shape.padding; 2], [1, 1], 1);
     let x = Tensor::<B, 4>::random(
         [shape.batch, shape.in_channels, shape.side, shape.side],
@@ -219,10 +221,7 @@ fn host<B: Backend>(tensor: FloatTensor<B>) -> Vec<f32> {
 /// Largest error of `got` against `want`, each element relative to `max(|want|, rms(want))`.
 fn relative_error(got: &[f32], want: &[f32]) -> f32 {
     let rms = (want.iter().map(|w| f64::from(*w).powi(2)).sum::<f64>() / want.len().max(1) as f64).sqrt() as f32;
-    got.iter()
-        .zip(want)
-        .map(|(g, w)| (g - w).abs() / w.abs().max(rms).max(f32::MIN_POSITIVE))
-        .fold(0.0, f32::max)
+    got.iter().zip(want).map(|(g, w)| (g - w).abs() / w.abs().max(rms).max(f32::MIN_POSITIVE)).fold(0.0, f32::max)
 }
 
 /// `Lean<B>`'s forward, input gradient and weight gradient against `B`'s on the same

@@ -38,7 +38,7 @@ use burn::module::AutodiffModule;
 use burn::optim::grad_clipping::GradientClippingConfig;
 use burn::optim::AdamWConfig;
 use clap::Parser;
-use leanburn::data::{evaluation_windows, Corpus, Gpt2Tokenizer, HostBatch, TokenDataset, WindowSampler, Split};
+use leanburn::data::{evaluation_windows, Corpus, Gpt2Tokenizer, HostBatch, Split, TokenDataset, WindowSampler};
 use leanburn::model::{Gpt2, Gpt2Config};
 use leanburn::select::{select, BackendArgs, BackendJob, TrainBackend};
 use leanburn::trainer::{HybridConfig, HybridTrainer, LrSchedule, StepRecord};
@@ -147,12 +147,8 @@ impl RunResult {
 
     /// Mean verified efficiency of the kept blocks (`kept`) or of all blocks, where known.
     fn efficiency(&self, kept: bool) -> Option<f64> {
-        let values: Vec<f64> = self
-            .records
-            .iter()
-            .filter(|r| !kept || !r.rolled_back)
-            .filter_map(|r| r.efficiency)
-            .collect();
+        let values: Vec<f64> =
+            self.records.iter().filter(|r| !kept || !r.rolled_back).filter_map(|r| r.efficiency).collect();
         (!values.is_empty()).then(|| values.iter().sum::<f64>() / values.len() as f64)
     }
 
@@ -263,8 +259,8 @@ impl Bench {
             RunKind::Hybrid => HybridConfig::default().with_seed(seed),
             _ => HybridConfig::all_full().with_seed(seed),
         };
-        let mut trainer = HybridTrainer::new(model, optimizer, config, lr, device.clone())
-            .map_err(|e| e.to_string())?;
+        let mut trainer =
+            HybridTrainer::new(model, optimizer, config, lr, device.clone()).map_err(|e| e.to_string())?;
         if let Some(dir) = args.metrics.as_ref().filter(|_| evaluate) {
             std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
             let name = format!("{kind:?}-seed{seed}.jsonl").to_lowercase();

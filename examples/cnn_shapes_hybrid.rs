@@ -24,7 +24,10 @@ use std::path::PathBuf;
 use burn::module::{AutodiffModule, Module};
 use burn::optim::AdamConfig;
 use clap::Parser;
-use common::{bad_input, exit_on_failure, ExecutionArgs, plot_runs, prepare_out, start_trainer, summary, train_loop, Failure, LoopSettings, Mode, RunFiles, Start, Validation};
+use common::{
+    bad_input, exit_on_failure, plot_runs, prepare_out, start_trainer, summary, train_loop, ExecutionArgs, Failure,
+    LoopSettings, Mode, RunFiles, Start, Validation,
+};
 use leanburn::backend::ConvBudget;
 use leanburn::data::{shapes_validation, ImageBatch, ShapeSampler, SHAPE_CLASSES};
 use leanburn::model::{ConvClassifier, ConvClassifierConfig};
@@ -128,8 +131,9 @@ fn run(args: Args) -> Result<(), Failure> {
     args.execution.check_precision(&selection)?;
     let files = prepare_out(&args.out, args.mode, args.resume, args.overwrite)?;
     let resolution = args.resolution as usize;
-    let validation = shapes_validation(resolution, (args.batch as usize).min(64), args.eval_batches as usize, args.seed)
-        .map_err(|e| bad_input(e.to_string()))?;
+    let validation =
+        shapes_validation(resolution, (args.batch as usize).min(64), args.eval_batches as usize, args.seed)
+            .map_err(|e| bad_input(e.to_string()))?;
     let out = files.out.clone();
     let checkpointing = args.execution.checkpointing;
     println!("{}", selection.run_lean_with(Plan { args, config, files, validation }, checkpointing)?);
@@ -170,7 +174,10 @@ impl BackendJob for Plan {
             sampler.sample();
         }
         if first >= steps {
-            return Err(bad_input(format!("the run in {} already took {first} of --steps {steps}", files.out.display())));
+            return Err(bad_input(format!(
+                "the run in {} already took {first} of --steps {steps}",
+                files.out.display()
+            )));
         }
         eprintln!(
             "training a {parameters}-parameter conv net (widths {:?}) on {} for steps {}..{steps} ({} mode): \

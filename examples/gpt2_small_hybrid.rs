@@ -26,8 +26,13 @@ use burn::module::AutodiffModule;
 use burn::optim::grad_clipping::GradientClippingConfig;
 use burn::optim::AdamWConfig;
 use clap::Parser;
-use common::{ExecutionArgs, bad_input, broke, exit_on_failure, plot_runs, prepare_out, start_trainer, summary, train_loop, Failure, LoopSettings, Mode, RunFiles, Start, Validation};
-use leanburn::data::{evaluation_windows, Corpus, CorpusSource, Gpt2Tokenizer, HostBatch, Split, TokenDataset, WindowSampler};
+use common::{
+    bad_input, broke, exit_on_failure, plot_runs, prepare_out, start_trainer, summary, train_loop, ExecutionArgs,
+    Failure, LoopSettings, Mode, RunFiles, Start, Validation,
+};
+use leanburn::data::{
+    evaluation_windows, Corpus, CorpusSource, Gpt2Tokenizer, HostBatch, Split, TokenDataset, WindowSampler,
+};
 use leanburn::memory::format_bytes;
 use leanburn::model::{Gpt2, Gpt2Config, Gpt2MemoryEstimate, GPT2_PRESETS};
 use leanburn::select::{device_memory, select, BackendArgs, BackendJob, Chosen, Selection, TrainBackend};
@@ -134,9 +139,8 @@ fn run(args: Args) -> Result<(), Failure> {
     };
 
     let preset = args.preset.clone().unwrap_or_else(|| if gpu { "gpt2-small" } else { "gpt2-mini" }.into());
-    let config = Gpt2Config::preset(&preset)
-        .map_err(|e| bad_input(e.to_string()))?
-        .with_pad_vocab_to(args.pad_vocab as usize);
+    let config =
+        Gpt2Config::preset(&preset).map_err(|e| bad_input(e.to_string()))?.with_pad_vocab_to(args.pad_vocab as usize);
     let batch = args.batch as usize;
     let seq = args.seq.map_or(if gpu { config.context } else { 64.min(config.context) }, |s| s as usize);
     if seq > config.context {
@@ -269,7 +273,11 @@ impl BackendJob for Plan {
             sampler.sample(self.data.train(), Split::Train).map_err(|e| broke(e.to_string()))?;
         }
         if first >= self.steps {
-            return Err(bad_input(format!("the run in {} already took {first} of --steps {}", files.out.display(), self.steps)));
+            return Err(bad_input(format!(
+                "the run in {} already took {first} of --steps {}",
+                files.out.display(),
+                self.steps
+            )));
         }
         eprintln!(
             "training {} on {} for steps {}..{} ({} mode), peak lr {}{}{}{}",
@@ -281,7 +289,11 @@ impl BackendJob for Plan {
             self.lr,
             match args.execution.accum {
                 1 => String::new(),
-                k => format!(", {k} micro-batches of {} per step (effective batch {})", self.batch, self.batch * k as usize),
+                k => format!(
+                    ", {k} micro-batches of {} per step (effective batch {})",
+                    self.batch,
+                    self.batch * k as usize
+                ),
             },
             args.execution.describe_checkpointing(),
             args.execution.describe_precision(),
@@ -294,7 +306,8 @@ impl BackendJob for Plan {
         };
         let next_batch = || sampler.sample(self.data.train(), Split::Train).map_err(|e| broke(e.to_string()));
         let to_device = |batch: HostBatch| batch.into_device::<B>(&device);
-        let validate = |model: &Gpt2<B>| Validation { loss: model.valid().evaluate(&self.validation, &device), accuracy: None };
+        let validate =
+            |model: &Gpt2<B>| Validation { loss: model.valid().evaluate(&self.validation, &device), accuracy: None };
         let outcome = train_loop(&mut trainer, files, &settings, next_batch, to_device, validate)?;
         let title = format!("{} ({} mode) on {}", self.preset, args.mode.name(), B::name(&device));
         Ok(summary(&title, &trainer.statistics(), &outcome, files, "tokens"))

@@ -42,9 +42,10 @@ struct Args {
 fn main() -> ExitCode {
     // SAFETY: first thing in main, before any thread exists.
     unsafe { leanburn::select::quiet_headless_vulkan() };
-    tracing_subscriber::fmt().with_env_filter(
-        tracing_subscriber::EnvFilter::try_from_env("LEANBURN_LOG").unwrap_or_else(|_| "warn".into()),
-    ).with_writer(std::io::stderr).init();
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("LEANBURN_LOG").unwrap_or_else(|_| "warn".into()))
+        .with_writer(std::io::stderr)
+        .init();
     let args = Args::parse();
     let selection = match select(&args.backend) {
         Ok(selection) => selection,
@@ -56,7 +57,10 @@ fn main() -> ExitCode {
     println!("leanburn: {selection}");
     let demo = Demo { steps: args.steps, batch: args.batch as usize, side: args.resolution as usize };
     if args.lean {
-        println!("leanburn: convolutions through Lean<..> (budget {} MiB)", leanburn::backend::ConvBudget::current().bytes() / (1024 * 1024));
+        println!(
+            "leanburn: convolutions through Lean<..> (budget {} MiB)",
+            leanburn::backend::ConvBudget::current().bytes() / (1024 * 1024)
+        );
         selection.run_lean(demo);
     } else {
         selection.run(demo);
@@ -123,18 +127,13 @@ impl BackendJob for Demo {
             loss_value = model.loss(images, labels).into_scalar().elem();
             monitor.sample(step);
         }
-        print_phase(
-            "forward-only on the autodiff model (the leak leanburn prevents)",
-            &monitor,
-            loss_value,
-        );
+        print_phase("forward-only on the autodiff model (the leak leanburn prevents)", &monitor, loss_value);
 
         let trimmed = trim::<B>(&device);
         match trimmed.released_bytes() {
-            Some(bytes) => println!(
-                "\ntrim: released {} of reserved memory",
-                leanburn::memory::format_bytes(bytes as f64)
-            ),
+            Some(bytes) => {
+                println!("\ntrim: released {} of reserved memory", leanburn::memory::format_bytes(bytes as f64))
+            }
             None => println!("\ntrim: device memory not available on this backend"),
         }
     }

@@ -136,18 +136,29 @@ impl BackendJob for Gpt2Soak {
         let model = config.init::<B>(&device);
         let mut rng = SmallRng::seed_from_u64(args.seed);
         let vocab = config.vocab_size as u32;
-        let tokens: Vec<u32> = (0..(args.batch as usize * seq * 16).max(4 * seq)).map(|_| rng.random_range(0..vocab)).collect();
-        let mut sampler = WindowSampler::new(args.batch as usize, seq, args.seed).map_err(|e| bad_input(e.to_string()))?;
+        let tokens: Vec<u32> =
+            (0..(args.batch as usize * seq * 16).max(4 * seq)).map(|_| rng.random_range(0..vocab)).collect();
+        let mut sampler =
+            WindowSampler::new(args.batch as usize, seq, args.seed).map_err(|e| bad_input(e.to_string()))?;
         let title = format!("{preset} ({} parameters), batch {} × {seq} tokens", model.num_params(), args.batch);
         soak(&args, &title, model, device.clone(), || {
-            sampler.sample(&tokens, Split::Train).expect("the token buffer holds many windows").into_device::<B>(&device)
+            sampler
+                .sample(&tokens, Split::Train)
+                .expect("the token buffer holds many windows")
+                .into_device::<B>(&device)
         })
     }
 }
 
 /// Runs `args.steps` hybrid steps with Adam, sampling memory after each, and returns the
 /// report; a growing verdict is an error with exit status 3.
-fn soak<B, M, T>(args: &Args, title: &str, model: M, device: B::Device, mut next_batch: impl FnMut() -> T) -> Result<String, Failure>
+fn soak<B, M, T>(
+    args: &Args,
+    title: &str,
+    model: M,
+    device: B::Device,
+    mut next_batch: impl FnMut() -> T,
+) -> Result<String, Failure>
 where
     B: AutodiffBackend + MemoryProbe,
     M: HybridModel<B, T>,
@@ -156,12 +167,16 @@ where
 {
     let steps = args.steps as usize;
     let config = HybridConfig::default().with_seed(args.seed);
-    let mut trainer = HybridTrainer::new(model, AdamConfig::new().init(), config, LrSchedule::Constant { lr: 1e-3 }, device.clone())
-        .map_err(|e| bad_input(e.to_string()))?;
+    let mut trainer =
+        HybridTrainer::new(model, AdamConfig::new().init(), config, LrSchedule::Constant { lr: 1e-3 }, device.clone())
+            .map_err(|e| bad_input(e.to_string()))?;
     eprintln!("soaking {title} on {} for {steps} steps", B::name(&device));
     let mut monitor = MemoryMonitor::<B>::new(device, steps);
     let progress = ProgressBar::new(steps as u64);
-    progress.set_style(ProgressStyle::with_template("{bar:30} {pos}/{len} [{elapsed_precise}<{eta_precise}] {msg}").expect("a valid template"));
+    progress.set_style(
+        ProgressStyle::with_template("{bar:30} {pos}/{len} [{elapsed_precise}<{eta_precise}] {msg}")
+            .expect("a valid template"),
+    );
     let mut settled = None;
     for step in 0..steps {
         let record = trainer.step(next_batch()).map_err(|e| broke(format!("step {step}: {e}")))?;

@@ -8,12 +8,23 @@
 # workspace member) runs in the `suite` lane. Doc tests run last. Every line is tagged with
 # its lane (`[device] `, `[suite] `), so `.ci/run` can time each binary.
 #
-# Exit status: non-zero when the build or any test failed; every lane runs to its end.
+# First it checks the formatting (`cargo fmt --all --check`, rustfmt.toml), when rustfmt is
+# installed.
+#
+# Exit status: non-zero when the formatting, the build or any test failed; every lane runs
+# to its end.
 # Extra arguments go to the test binaries (after `--`), e.g. `bash scripts/test.sh --nocapture`.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
 device_lane=(vram_stability conv_memory lm_loss_memory)
+
+fmt_status=0
+if cargo fmt --version >/dev/null 2>&1; then
+  cargo fmt --all --check || { fmt_status=$?; echo "test.sh: not formatted; run cargo fmt --all" >&2; }
+else
+  echo "test.sh: rustfmt is not installed (rustup component add rustfmt); formatting not checked" >&2
+fi
 
 # Build everything `cargo test` builds (the examples too: the end-to-end tests run them),
 # and read the integration-test targets from cargo's own listing.
@@ -52,5 +63,5 @@ device_status=$?
 lane doc --doc "${extra[@]}"
 doc_status=$?
 
-echo "test.sh: exit status device ${device_status}, suite ${suite_status}, doc ${doc_status}"
-[ "$device_status" -eq 0 ] && [ "$suite_status" -eq 0 ] && [ "$doc_status" -eq 0 ]
+echo "test.sh: exit status fmt ${fmt_status}, device ${device_status}, suite ${suite_status}, doc ${doc_status}"
+[ "$fmt_status" -eq 0 ] && [ "$device_status" -eq 0 ] && [ "$suite_status" -eq 0 ] && [ "$doc_status" -eq 0 ]

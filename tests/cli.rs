@@ -43,7 +43,8 @@ fn cuda_without_a_driver_is_a_clear_error_not_a_panic() {
 
 #[test]
 fn cpu_run_reports_memory_as_not_available() {
-    let output = demo().args(["--backend", "cpu", "--steps", "3", "--batch", "2", "--resolution", "8"]).output().unwrap();
+    let output =
+        demo().args(["--backend", "cpu", "--steps", "3", "--batch", "2", "--resolution", "8"]).output().unwrap();
     let all = text(&output);
     assert!(output.status.success(), "{all}");
     let stdout = String::from_utf8_lossy(&output.stdout);
@@ -77,7 +78,10 @@ fn zero_steps_is_rejected() {
 
 #[test]
 fn lean_wgpu_run_keeps_the_inner_forward_flat() {
-    let output = demo().args(["--backend", "wgpu", "--lean", "--steps", "6", "--batch", "2", "--resolution", "16"]).output().unwrap();
+    let output = demo()
+        .args(["--backend", "wgpu", "--lean", "--steps", "6", "--batch", "2", "--resolution", "16"])
+        .output()
+        .unwrap();
     let all = text(&output);
     assert!(output.status.success(), "{all}");
     let stdout = String::from_utf8_lossy(&output.stdout);

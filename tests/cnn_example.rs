@@ -107,7 +107,11 @@ fn the_soak_prints_the_report_and_a_flat_verdict() {
     let output = command.output().unwrap();
     assert!(output.status.success(), "{}", text(&output));
     let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(stdout.contains("memory report") && stdout.contains("verdict over steps 20..60: flat"), "{}", text(&output));
+    assert!(
+        stdout.contains("memory report") && stdout.contains("verdict over steps 20..60: flat"),
+        "{}",
+        text(&output)
+    );
 
     let mut command = example("vram_soak");
     command.args(["--backend", "cpu", "--steps", "10", "--settle", "10"]);

@@ -72,11 +72,13 @@ impl Case {
                 dilation: [rng.random_range(1..=3), rng.random_range(1..=3)],
             };
             // Keep the kernel inside the padded input, and the problem small enough.
-            let fits = (0..2).all(|i| {
-                case.size[i] + 2 * case.padding[i] >= case.dilation[i] * (case.kernel[i] - 1) + 1
-            });
+            let fits =
+                (0..2).all(|i| case.size[i] + 2 * case.padding[i] >= case.dilation[i] * (case.kernel[i] - 1) + 1);
             let work = case.batch * case.in_channels * case.out_channels / case.groups
-                * case.size[0] * case.size[1] * case.kernel[0] * case.kernel[1];
+                * case.size[0]
+                * case.size[1]
+                * case.kernel[0]
+                * case.kernel[1];
             if fits && work <= 4_000_000 {
                 return case;
             }
@@ -85,9 +87,7 @@ impl Case {
 
     fn out_size(&self) -> [usize; 2] {
         [0, 1].map(|i| {
-            (self.size[i] + 2 * self.padding[i] - self.dilation[i] * (self.kernel[i] - 1) - 1)
-                / self.stride[i]
-                + 1
+            (self.size[i] + 2 * self.padding[i] - self.dilation[i] * (self.kernel[i] - 1) - 1) / self.stride[i] + 1
         })
     }
 
@@ -113,10 +113,7 @@ fn conv_data(rng: &mut SmallRng, case: &Case) -> Data {
     let [oh, ow] = case.out_size();
     Data {
         x: values(rng, vec![case.batch, case.in_channels, case.size[0], case.size[1]]),
-        weight: values(
-            rng,
-            vec![case.out_channels, case.in_channels / case.groups, case.kernel[0], case.kernel[1]],
-        ),
+        weight: values(rng, vec![case.out_channels, case.in_channels / case.groups, case.kernel[0], case.kernel[1]]),
         bias: values(rng, vec![case.out_channels]),
         output_grad: values(rng, vec![case.batch, case.out_channels, oh, ow]),
     }
@@ -127,11 +124,7 @@ fn prim<B: Backend, const D: usize>(data: &TensorData, device: &B::Device) -> B:
 }
 
 fn host<B: Backend, const D: usize>(tensor: B::FloatTensorPrimitive) -> Vec<f32> {
-    Tensor::<B, D>::from_primitive(TensorPrimitive::Float(tensor))
-        .into_data()
-        .convert::<f32>()
-        .to_vec::<f32>()
-        .unwrap()
+    Tensor::<B, D>::from_primitive(TensorPrimitive::Float(tensor)).into_data().convert::<f32>().to_vec::<f32>().unwrap()
 }
 
 /// Forward output, input gradient and weight gradient of `conv2d` on `B`.
@@ -234,7 +227,12 @@ fn half_precision_kernels_match_within_stated_tolerance() {
     eprintln!("half-precision comparisons run: {ran}");
 }
 
-fn conv_transpose_all<B: Backend>(data: &Data, case: &Case, options: &ConvTransposeOptions<2>, device: &B::Device) -> Vec<f32> {
+fn conv_transpose_all<B: Backend>(
+    data: &Data,
+    case: &Case,
+    options: &ConvTransposeOptions<2>,
+    device: &B::Device,
+) -> Vec<f32> {
     let x = prim::<B, 4>(&data.x, device);
     let w = prim::<B, 4>(&data.weight, device);
     let bias = prim::<B, 1>(&data.bias, device);
@@ -262,7 +260,10 @@ fn compare_conv_transpose2d<B: ChunkedConv>(seed: u64, cases: usize, device: &B:
         // Transposed: weight [in, out / groups, kh, kw], bias [out].
         let data = Data {
             x: values(&mut rng, vec![case.batch, case.in_channels, case.size[0], case.size[1]]),
-            weight: values(&mut rng, vec![case.in_channels, case.out_channels / case.groups, case.kernel[0], case.kernel[1]]),
+            weight: values(
+                &mut rng,
+                vec![case.in_channels, case.out_channels / case.groups, case.kernel[0], case.kernel[1]],
+            ),
             bias: values(&mut rng, vec![case.out_channels]),
             output_grad: TensorData::new(Vec::<f32>::new(), [0]),
         };

@@ -62,18 +62,13 @@ fn full_column_bytes() -> u64 {
 /// workspace that ignores the budget.
 fn reserve_rise(device: &WgpuDevice, transient: Option<usize>) -> u64 {
     B::release_unused(device);
-    let x = Tensor::<B, 4>::random([BATCH, CHANNELS, SIDE, SIDE], Distribution::Normal(0.0, 1.0), device)
-        .require_grad();
+    let x =
+        Tensor::<B, 4>::random([BATCH, CHANNELS, SIDE, SIDE], Distribution::Normal(0.0, 1.0), device).require_grad();
     let weight = Tensor::<B, 4>::random([CHANNELS, CHANNELS, KERNEL, KERNEL], Distribution::Normal(0.0, 0.1), device)
         .require_grad();
     let before = sample(device);
 
-    let output = conv2d(
-        x.clone(),
-        weight.clone(),
-        None,
-        ConvOptions::new([1, 1], [KERNEL / 2, KERNEL / 2], [1, 1], 1),
-    );
+    let output = conv2d(x.clone(), weight.clone(), None, ConvOptions::new([1, 1], [KERNEL / 2, KERNEL / 2], [1, 1], 1));
     if let Some(bytes) = transient {
         let workspace = Tensor::<B, 1>::zeros([bytes / 4], device);
         let _ = sample(device);

@@ -196,12 +196,19 @@ fn f16_runs_end_to_end_with_loss_scaling() {
     let out = scratch("f16");
     let run = tiny_run(&out, &["--mode", "full", "--steps", "3", "--precision", "f16"]);
     assert!(run.status.success(), "{}", text(&run));
-    assert!(String::from_utf8_lossy(&run.stderr).contains("f16 compute (f32 master weights, loss scaling)"), "{}", text(&run));
+    assert!(
+        String::from_utf8_lossy(&run.stderr).contains("f16 compute (f32 master weights, loss scaling)"),
+        "{}",
+        text(&run)
+    );
     let metrics = fs::read_to_string(out.join("metrics-full.jsonl")).unwrap();
     assert_eq!(metrics.lines().count(), 3);
     for line in metrics.lines() {
         let record: serde_json::Value = serde_json::from_str(line).unwrap();
-        assert!(record["loss_scale"].as_f64().is_some_and(|scale| scale > 0.0), "every step records its loss scale: {line}");
+        assert!(
+            record["loss_scale"].as_f64().is_some_and(|scale| scale > 0.0),
+            "every step records its loss scale: {line}"
+        );
     }
 }
 

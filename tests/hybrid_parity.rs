@@ -52,15 +52,19 @@ fn validation_loss<Bk: AutodiffBackend>(model: &SmallCnn<Bk>, data: &(TensorData
 
 /// Trains from `weights` on `train` and returns (validation loss before, after, share of
 /// predicted steps, blocks tried: kept or rolled back).
-fn train(config: HybridConfig, weights: &[u8], train: &[(TensorData, TensorData)], valid: &(TensorData, TensorData)) -> (f64, f64, f64, usize) {
+fn train(
+    config: HybridConfig,
+    weights: &[u8],
+    train: &[(TensorData, TensorData)],
+    valid: &(TensorData, TensorData),
+) -> (f64, f64, f64, usize) {
     let device = Default::default();
-    let record = BinBytesRecorder::<FullPrecisionSettings>::default()
-        .load(weights.to_vec(), &device)
-        .expect("weights");
+    let record = BinBytesRecorder::<FullPrecisionSettings>::default().load(weights.to_vec(), &device).expect("weights");
     let model = SmallCnnConfig::new().with_classes(CLASSES).init::<B>(&device).load_record(record);
     let start = validation_loss(&model, valid);
-    let mut trainer = HybridTrainer::new(model, AdamConfig::new().init(), config, LrSchedule::Constant { lr: 1e-2 }, device)
-        .expect("valid configuration");
+    let mut trainer =
+        HybridTrainer::new(model, AdamConfig::new().init(), config, LrSchedule::Constant { lr: 1e-2 }, device)
+            .expect("valid configuration");
     let mut blocks = 0;
     let statistics = trainer
         .run(train.iter().map(to_device::<B>), STEPS, |record| {

@@ -13,8 +13,8 @@ use indicatif::{ProgressBar, ProgressStyle};
 use leanburn::memory::{format_bytes, LeakDetector, MemoryProbe, PoolHealth};
 use leanburn::select::{BackendJob, Checkpointing, Selection, TrainBackend};
 use leanburn::trainer::{
-    ExecutionConfig, ForwardLoss, HybridBatch, HybridConfig, HybridModel, HybridTrainer, LrSchedule, Precision, PrecisionConfig,
-    StepRecord, TrainerError, TrainerStatistics, TrimPolicy,
+    ExecutionConfig, ForwardLoss, HybridBatch, HybridConfig, HybridModel, HybridTrainer, LrSchedule, Precision,
+    PrecisionConfig, StepRecord, TrainerError, TrainerStatistics, TrimPolicy,
 };
 use plotters::prelude::*;
 
@@ -156,7 +156,8 @@ impl RunFiles {
 /// unless asked to (or to resume one that is there).
 pub fn prepare_out(out: &Path, mode: Mode, resume: bool, overwrite: bool) -> Result<RunFiles, Failure> {
     let files = RunFiles::new(out, mode);
-    let unusable = |err: std::io::Error| bad_input(format!("--out {} is not a writable directory: {err}", out.display()));
+    let unusable =
+        |err: std::io::Error| bad_input(format!("--out {} is not a writable directory: {err}", out.display()));
     fs::create_dir_all(out).map_err(unusable)?;
     let probe = out.join(".write-test");
     fs::write(&probe, b"").map_err(unusable)?;
@@ -354,7 +355,9 @@ where
     let mut last_loss = None;
     for step in first + 1..=settings.steps {
         let batches = (0..micro_batches).map(|_| next_batch()).collect::<Result<Vec<H>, Failure>>()?;
-        let record = trainer.step_accumulated(batches.into_iter().map(&to_device)).map_err(|e| broke(format!("step {step}: {e}")))?;
+        let record = trainer
+            .step_accumulated(batches.into_iter().map(&to_device))
+            .map_err(|e| broke(format!("step {step}: {e}")))?;
         last_loss = record.loss.or(last_loss);
         outcome.train_seconds += record.seconds;
         outcome.items_seen += record.items;
@@ -403,7 +406,8 @@ where
 
 /// The summary a finished run prints.
 pub fn summary(title: &str, stats: &TrainerStatistics, outcome: &LoopOutcome, files: &RunFiles, item: &str) -> String {
-    let recent: Vec<f64> = outcome.records.iter().rev().filter(|r| !r.predicted).filter_map(|r| r.loss).take(10).collect();
+    let recent: Vec<f64> =
+        outcome.records.iter().rev().filter(|r| !r.predicted).filter_map(|r| r.loss).take(10).collect();
     let train_loss = recent.iter().sum::<f64>() / recent.len().max(1) as f64;
     let final_in_use = outcome.records.iter().rev().find_map(|r| r.memory).map(|m| m.bytes_in_use);
     let validation = outcome.validation.map_or("no validation".into(), |v| v.to_string());
@@ -421,7 +425,8 @@ pub fn summary(title: &str, stats: &TrainerStatistics, outcome: &LoopOutcome, fi
         text += &format!("{} steps skipped for overflowed gradients (loss scaling)\n", stats.overflow_steps);
     }
     if stats.trims > 0 {
-        text += &format!("pool trimmed {} times, {} handed back\n", stats.trims, format_bytes(stats.trimmed_bytes as f64));
+        text +=
+            &format!("pool trimmed {} times, {} handed back\n", stats.trims, format_bytes(stats.trimmed_bytes as f64));
     }
     if let (Some(peak), Some(last)) = (stats.peak_bytes_in_use, final_in_use) {
         text += &format!(
@@ -500,11 +505,8 @@ pub fn write_plot(out: &Path, path: &Path, model: &str) -> Result<Vec<&'static s
         .build_cartesian_2d(0.0..max_step, (low * 0.95)..(high * 1.02))?;
     loss_chart.configure_mesh().x_desc("step").y_desc("loss").draw()?;
     let has_memory = runs.iter().any(|r| !r.memory_mib.is_empty());
-    let memory_caption = if has_memory {
-        "device memory in use (MiB)"
-    } else {
-        "device memory in use: not available on this backend"
-    };
+    let memory_caption =
+        if has_memory { "device memory in use (MiB)" } else { "device memory in use: not available on this backend" };
     let mut memory_chart = ChartBuilder::on(&bottom)
         .caption(memory_caption, ("sans-serif", 16))
         .margin(10)

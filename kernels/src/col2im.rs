@@ -73,12 +73,5 @@ pub unsafe fn launch_col2im<R: Runtime, F: Float + CubeElement>(
     let elements = chunk * geometry.channels * geometry.in_h * geometry.in_w;
     let cube_dim = CubeDim::new(client, elements);
     let cube_count = calculate_cube_count_elemwise(client, elements, cube_dim);
-    col2im_kernel::launch::<F, R>(
-        client,
-        cube_count,
-        cube_dim,
-        columns,
-        image,
-        geometry.args(batch_offset),
-    );
+    col2im_kernel::launch::<F, R>(client, cube_count, cube_dim, columns, image, geometry.args(batch_offset));
 }

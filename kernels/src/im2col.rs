@@ -37,10 +37,8 @@ pub fn im2col_kernel<F: Float>(image: &Tensor<F>, columns: &mut Tensor<F>, geo: 
         let iy = y - geo.pad_h;
         let ix = x - geo.pad_w;
         if iy < geo.in_h && ix < geo.in_w {
-            value = image[n * image.stride(0)
-                + channel * image.stride(1)
-                + iy * image.stride(2)
-                + ix * image.stride(3)];
+            value =
+                image[n * image.stride(0) + channel * image.stride(1) + iy * image.stride(2) + ix * image.stride(3)];
         }
     }
     columns[ABSOLUTE_POS] = value;
@@ -63,12 +61,5 @@ pub unsafe fn launch_im2col<R: Runtime, F: Float + CubeElement>(
 ) {
     let cube_dim = CubeDim::new(client, columns_len);
     let cube_count = calculate_cube_count_elemwise(client, columns_len, cube_dim);
-    im2col_kernel::launch::<F, R>(
-        client,
-        cube_count,
-        cube_dim,
-        image,
-        columns,
-        geometry.args(batch_offset),
-    );
+    im2col_kernel::launch::<F, R>(client, cube_count, cube_dim, image, columns, geometry.args(batch_offset));
 }

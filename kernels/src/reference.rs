@@ -22,7 +22,8 @@ pub fn im2col(image: &[f32], geometry: &ConvGeometry, batch_offset: usize, chunk
                             let inside = iy >= 0 && ix >= 0 && (iy as usize) < g.in_h && (ix as usize) < g.in_w;
                             let col = (n * out_h + oy) * out_w + ox;
                             if inside {
-                                let src = (((batch_offset + n) * g.channels + c) * g.in_h + iy as usize) * g.in_w + ix as usize;
+                                let src = (((batch_offset + n) * g.channels + c) * g.in_h + iy as usize) * g.in_w
+                                    + ix as usize;
                                 columns[row * cols + col] = image[src];
                             }
                         }

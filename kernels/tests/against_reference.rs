@@ -98,7 +98,11 @@ fn im2col_matches_the_reference_exactly_including_strided_images() {
             launch_im2col::<WgpuRuntime, f32>(
                 &client,
                 TensorArg::from_raw_parts(image_handle, strides.into(), shape.to_vec().into()),
-                TensorArg::from_raw_parts(col_handle.clone(), contiguous_strides(&col_shape).into(), col_shape.to_vec().into()),
+                TensorArg::from_raw_parts(
+                    col_handle.clone(),
+                    contiguous_strides(&col_shape).into(),
+                    col_shape.to_vec().into(),
+                ),
                 len,
                 &g,
                 batch_offset,
@@ -129,7 +133,11 @@ fn col2im_matches_the_reference_and_writes_only_its_chunk() {
             launch_col2im::<WgpuRuntime, f32>(
                 &client,
                 TensorArg::from_raw_parts(col_handle, contiguous_strides(&col_shape).into(), col_shape.to_vec().into()),
-                TensorArg::from_raw_parts(image_handle.clone(), contiguous_strides(&shape).into(), shape.to_vec().into()),
+                TensorArg::from_raw_parts(
+                    image_handle.clone(),
+                    contiguous_strides(&shape).into(),
+                    shape.to_vec().into(),
+                ),
                 chunk,
                 &g,
                 batch_offset,
@@ -160,8 +168,10 @@ fn col2im_is_the_adjoint_of_im2col() {
         let Case { geometry: g, chunk, .. } = random_case(&mut rng);
         let image = random_values(&mut rng, chunk * g.channels * g.in_h * g.in_w);
         let columns = random_values(&mut rng, g.col_rows() * chunk * g.col_cols_per_image());
-        let lhs: f64 = reference::im2col(&image, &g, 0, chunk).iter().zip(&columns).map(|(a, b)| (*a as f64) * (*b as f64)).sum();
-        let rhs: f64 = image.iter().zip(reference::col2im(&columns, &g, chunk)).map(|(a, b)| (*a as f64) * (b as f64)).sum();
+        let lhs: f64 =
+            reference::im2col(&image, &g, 0, chunk).iter().zip(&columns).map(|(a, b)| (*a as f64) * (*b as f64)).sum();
+        let rhs: f64 =
+            image.iter().zip(reference::col2im(&columns, &g, chunk)).map(|(a, b)| (*a as f64) * (b as f64)).sum();
         assert!((lhs - rhs).abs() <= 1e-4 * (1.0 + lhs.abs()), "{g:?}: {lhs} vs {rhs}");
     }
 }

@@ -85,11 +85,7 @@ impl<B: ChunkedConv> Backend for Lean<B> {
         B::ad_enabled(device)
     }
 
-    fn memory_persistent_allocations<
-        Output: Send,
-        Input: Send,
-        Func: Fn(Input) -> Output + Send,
-    >(
+    fn memory_persistent_allocations<Output: Send, Input: Send, Func: Fn(Input) -> Output + Send>(
         device: &Self::Device,
         input: Input,
         func: Func,

@@ -27,11 +27,7 @@ impl WindowSampler {
     /// Fails if `batch` or `seq_len` is zero.
     pub fn new(batch: usize, seq_len: usize, seed: u64) -> Result<Self, DataError> {
         check_shape(batch, seq_len)?;
-        Ok(Self {
-            batch,
-            seq_len,
-            rng: SmallRng::seed_from_u64(seed),
-        })
+        Ok(Self { batch, seq_len, rng: SmallRng::seed_from_u64(seed) })
     }
 
     /// Windows per batch.
@@ -52,11 +48,7 @@ impl WindowSampler {
     pub fn sample(&mut self, tokens: &[u32], split: Split) -> Result<HostBatch, DataError> {
         let needed = self.seq_len + 1;
         if tokens.len() < needed {
-            return Err(DataError::CorpusTooShort {
-                available: tokens.len(),
-                needed,
-                split,
-            });
+            return Err(DataError::CorpusTooShort { available: tokens.len(), needed, split });
         }
         let last_start = tokens.len() - needed;
         let rng = &mut self.rng;
@@ -70,12 +62,7 @@ impl WindowSampler {
 /// `max_batches` batches. A final partial batch is dropped, so every batch is full; the
 /// result is empty when `tokens` cannot fill one batch, or when `batch` or `seq_len` is
 /// zero.
-pub fn evaluation_windows(
-    tokens: &[u32],
-    batch: usize,
-    seq_len: usize,
-    max_batches: usize,
-) -> Vec<HostBatch> {
+pub fn evaluation_windows(tokens: &[u32], batch: usize, seq_len: usize, max_batches: usize) -> Vec<HostBatch> {
     if batch == 0 || seq_len == 0 || tokens.len() <= seq_len {
         return Vec::new();
     }
@@ -113,12 +100,7 @@ pub struct HostBatch {
 
 impl HostBatch {
     /// The windows of `seq_len + 1` tokens starting at `starts` (each in range).
-    fn from_windows(
-        tokens: &[u32],
-        starts: impl Iterator<Item = usize>,
-        batch: usize,
-        seq_len: usize,
-    ) -> Self {
+    fn from_windows(tokens: &[u32], starts: impl Iterator<Item = usize>, batch: usize, seq_len: usize) -> Self {
         let mut inputs = Vec::with_capacity(batch * seq_len);
         let mut targets = Vec::with_capacity(batch * seq_len);
         for start in starts {
@@ -127,12 +109,7 @@ impl HostBatch {
             targets.extend(window[1..].iter().map(|&token| i64::from(token)));
         }
         debug_assert_eq!(inputs.len(), batch * seq_len);
-        Self {
-            inputs,
-            targets,
-            batch,
-            seq_len,
-        }
+        Self { inputs, targets, batch, seq_len }
     }
 
     /// The input tokens, row-major `[batch, seq_len]`.
@@ -177,10 +154,7 @@ impl HostBatch {
         let mut both = self.inputs;
         both.extend_from_slice(&self.targets);
         let both = Tensor::<B, 2, Int>::from_data(TensorData::new(both, [2 * batch, seq_len]), device);
-        TokenBatch {
-            inputs: both.clone().slice([0..batch]),
-            targets: both.slice([batch..2 * batch]),
-        }
+        TokenBatch { inputs: both.clone().slice([0..batch]), targets: both.slice([batch..2 * batch]) }
     }
 }
 
@@ -207,10 +181,7 @@ impl<B: AutodiffBackend> HybridBatch<B> for TokenBatch<B> {
     type Inner = TokenBatch<B::InnerBackend>;
 
     fn into_inner(self) -> Self::Inner {
-        TokenBatch {
-            inputs: self.inputs.inner(),
-            targets: self.targets.inner(),
-        }
+        TokenBatch { inputs: self.inputs.inner(), targets: self.targets.inner() }
     }
 
     fn items(&self) -> usize {
@@ -270,10 +241,7 @@ mod tests {
         }
         assert_eq!(seen, [true, true]);
         // Exactly seq_len + 1 tokens: the single window.
-        let batch = WindowSampler::new(2, 9, 0)
-            .expect("sampler")
-            .sample(&tokens, Split::Train)
-            .expect("sample");
+        let batch = WindowSampler::new(2, 9, 0).expect("sampler").sample(&tokens, Split::Train).expect("sample");
         assert_eq!(batch.inputs()[..9], (0..9).collect::<Vec<i64>>()[..]);
         assert_eq!(batch.targets()[9..], (1..10).collect::<Vec<i64>>()[..]);
     }
@@ -283,9 +251,7 @@ mod tests {
         let tokens = count(10_000);
         let draw = |seed| {
             let mut sampler = WindowSampler::new(8, 16, seed).expect("sampler");
-            (0..3)
-                .map(|_| sampler.sample(&tokens, Split::Train).expect("sample"))
-                .collect::<Vec<_>>()
+            (0..3).map(|_| sampler.sample(&tokens, Split::Train).expect("sample")).collect::<Vec<_>>()
         };
         assert_eq!(draw(42), draw(42));
         assert_ne!(draw(42), draw(43));
@@ -295,22 +261,14 @@ mod tests {
     fn a_short_split_and_zero_sizes_are_errors() {
         let mut sampler = WindowSampler::new(2, 8, 0).expect("sampler");
         match sampler.sample(&count(8), Split::Validation) {
-            Err(DataError::CorpusTooShort {
-                available,
-                needed,
-                split,
-            }) => assert_eq!((available, needed, split), (8, 9, Split::Validation)),
+            Err(DataError::CorpusTooShort { available, needed, split }) => {
+                assert_eq!((available, needed, split), (8, 9, Split::Validation))
+            }
             other => panic!("expected CorpusTooShort, got {other:?}"),
         }
         assert!(sampler.sample(&[], Split::Train).is_err());
-        assert!(matches!(
-            WindowSampler::new(0, 8, 0),
-            Err(DataError::InvalidArgument(_))
-        ));
-        assert!(matches!(
-            WindowSampler::new(2, 0, 0),
-            Err(DataError::InvalidArgument(_))
-        ));
+        assert!(matches!(WindowSampler::new(0, 8, 0), Err(DataError::InvalidArgument(_))));
+        assert!(matches!(WindowSampler::new(2, 0, 0), Err(DataError::InvalidArgument(_))));
     }
 
     #[test]
@@ -323,10 +281,7 @@ mod tests {
         for batch in &batches {
             assert_windows_of_counting_tokens(batch, tokens.len());
         }
-        let starts: Vec<i64> = batches
-            .iter()
-            .flat_map(|batch| batch.inputs().chunks(4).map(|row| row[0]))
-            .collect();
+        let starts: Vec<i64> = batches.iter().flat_map(|batch| batch.inputs().chunks(4).map(|row| row[0])).collect();
         assert_eq!(starts, vec![0, 4, 8, 12, 16, 20]);
         assert_eq!(batches, evaluation_windows(&tokens, 3, 4, 10));
 
@@ -343,21 +298,13 @@ mod tests {
 
     #[test]
     fn to_device_keeps_shape_and_values() {
-        let host = WindowSampler::new(3, 5, 1)
-            .expect("sampler")
-            .sample(&count(100), Split::Train)
-            .expect("sample");
+        let host = WindowSampler::new(3, 5, 1).expect("sampler").sample(&count(100), Split::Train).expect("sample");
         let device: TokenBatch<NdArray> = host.to_device(&DEVICE);
         assert_eq!(device.inputs.dims(), [3, 5]);
         assert_eq!(device.targets.dims(), [3, 5]);
         assert_eq!(device.tokens(), 15);
-        let read = |tensor: Tensor<NdArray, 2, Int>| {
-            tensor
-                .into_data()
-                .convert::<i64>()
-                .to_vec::<i64>()
-                .expect("i64 data")
-        };
+        let read =
+            |tensor: Tensor<NdArray, 2, Int>| tensor.into_data().convert::<i64>().to_vec::<i64>().expect("i64 data");
         assert_eq!(read(device.inputs), host.inputs());
         assert_eq!(read(device.targets), host.targets());
     }
@@ -369,12 +316,7 @@ mod tests {
         assert_eq!(HybridBatch::items(&batch), 12);
         let inner: TokenBatch<NdArray> = batch.into_inner();
         assert_eq!(inner.inputs.dims(), [2, 6]);
-        let values = inner
-            .targets
-            .into_data()
-            .convert::<i64>()
-            .to_vec::<i64>()
-            .expect("i64 data");
+        let values = inner.targets.into_data().convert::<i64>().to_vec::<i64>().expect("i64 data");
         assert_eq!(values, host.targets());
     }
 }

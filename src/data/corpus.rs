@@ -16,9 +16,7 @@ use super::error::DataError;
 
 /// Extensions read from a directory given as a corpus (files without an extension are
 /// read too).
-const TEXT_EXTENSIONS: &[&str] = &[
-    "txt", "md", "rs", "toml", "py", "json", "csv", "tsv", "text", "markdown", "rst",
-];
+const TEXT_EXTENSIONS: &[&str] = &["txt", "md", "rs", "toml", "py", "json", "csv", "tsv", "text", "markdown", "rst"];
 
 /// Extensions read from the Cargo registry.
 const REGISTRY_EXTENSIONS: &[&str] = &["rs", "md"];
@@ -86,13 +84,7 @@ impl Corpus {
     /// Fails with [`DataError::NotFound`] if `path` does not exist and with
     /// [`DataError::NoText`] if nothing readable was found.
     pub fn from_path(path: &Path, max_bytes: Option<usize>) -> Result<Corpus, DataError> {
-        read(
-            path,
-            TEXT_EXTENSIONS,
-            true,
-            max_bytes,
-            CorpusSource::Path(path.to_path_buf()),
-        )
+        read(path, TEXT_EXTENSIONS, true, max_bytes, CorpusSource::Path(path.to_path_buf()))
     }
 
     /// Reads the default corpus: the `.rs` and `.md` files under
@@ -103,16 +95,9 @@ impl Corpus {
     /// been downloaded by Cargo on this machine, or neither `CARGO_HOME` nor `HOME` is
     /// set).
     pub fn cargo_registry(max_bytes: Option<usize>) -> Result<Corpus, DataError> {
-        let dir = cargo_registry_dir().ok_or_else(|| DataError::NotFound {
-            path: PathBuf::from("$CARGO_HOME/registry/src"),
-        })?;
-        read(
-            &dir,
-            REGISTRY_EXTENSIONS,
-            false,
-            max_bytes,
-            CorpusSource::CargoRegistry(dir.clone()),
-        )
+        let dir = cargo_registry_dir()
+            .ok_or_else(|| DataError::NotFound { path: PathBuf::from("$CARGO_HOME/registry/src") })?;
+        read(&dir, REGISTRY_EXTENSIONS, false, max_bytes, CorpusSource::CargoRegistry(dir.clone()))
     }
 }
 
@@ -140,17 +125,12 @@ fn read(
         return Err(DataError::invalid("the corpus size limit must be at least one byte"));
     }
     let metadata = fs::metadata(root).map_err(|err| match err.kind() {
-        ErrorKind::NotFound => DataError::NotFound {
-            path: root.to_path_buf(),
-        },
+        ErrorKind::NotFound => DataError::NotFound { path: root.to_path_buf() },
         _ => DataError::io(root, err),
     })?;
     let mut builder = Builder::new(max_bytes);
     if metadata.is_dir() {
-        let filter = Filter {
-            extensions,
-            extensionless,
-        };
+        let filter = Filter { extensions, extensionless };
         walk(root, &filter, &mut builder)?;
     } else {
         builder.add_file(root)?;
@@ -168,20 +148,16 @@ impl Filter<'_> {
     fn accepts(&self, path: &Path) -> bool {
         match path.extension() {
             None => self.extensionless,
-            Some(ext) => ext.to_str().is_some_and(|ext| {
-                self.extensions
-                    .iter()
-                    .any(|wanted| ext.eq_ignore_ascii_case(wanted))
-            }),
+            Some(ext) => {
+                ext.to_str().is_some_and(|ext| self.extensions.iter().any(|wanted| ext.eq_ignore_ascii_case(wanted)))
+            }
         }
     }
 }
 
 /// Whether a file or directory name starts with a dot.
 fn is_hidden(path: &Path) -> bool {
-    path.file_name()
-        .and_then(|name| name.to_str())
-        .is_some_and(|name| name.starts_with('.'))
+    path.file_name().and_then(|name| name.to_str()).is_some_and(|name| name.starts_with('.'))
 }
 
 /// Visits `dir` depth-first in path order, adding accepted files to `builder`; returns as
@@ -231,12 +207,7 @@ struct Builder {
 
 impl Builder {
     fn new(max_bytes: Option<usize>) -> Self {
-        Self {
-            text: String::new(),
-            files: 0,
-            skipped_non_utf8: 0,
-            max_bytes,
-        }
+        Self { text: String::new(), files: 0, skipped_non_utf8: 0, max_bytes }
     }
 
     /// Whether the size limit is reached: no further file would add anything.
@@ -263,9 +234,7 @@ impl Builder {
             return Ok(());
         }
         let separator = if self.text.is_empty() { "" } else { SEPARATOR };
-        let room = self
-            .max_bytes
-            .map_or(usize::MAX, |max| max - self.text.len() - separator.len());
+        let room = self.max_bytes.map_or(usize::MAX, |max| max - self.text.len() - separator.len());
         let text = &text[..floor_char_boundary(&text, room)];
         if text.is_empty() {
             // Not even its first character fits in the room left.
@@ -279,10 +248,7 @@ impl Builder {
 
     fn finish(self, root: &Path, source: CorpusSource) -> Result<Corpus, DataError> {
         if self.text.is_empty() {
-            return Err(DataError::NoText {
-                path: root.to_path_buf(),
-                skipped: self.skipped_non_utf8,
-            });
+            return Err(DataError::NoText { path: root.to_path_buf(), skipped: self.skipped_non_utf8 });
         }
         Ok(Corpus {
             bytes: self.text.len(),
@@ -373,10 +339,7 @@ mod tests {
 
         // The registry filter reads only `.rs` and `.md`.
         let mut builder = Builder::new(None);
-        let filter = Filter {
-            extensions: REGISTRY_EXTENSIONS,
-            extensionless: false,
-        };
+        let filter = Filter { extensions: REGISTRY_EXTENSIONS, extensionless: false };
         walk(&scratch.0, &filter, &mut builder).expect("walk");
         assert_eq!(builder.text, "two");
     }
@@ -414,10 +377,7 @@ mod tests {
             other => panic!("expected NoText, got {other:?}"),
         }
         let single = scratch.0.join("x.txt");
-        assert!(matches!(
-            Corpus::from_path(&single, None),
-            Err(DataError::NoText { skipped: 1, .. })
-        ));
+        assert!(matches!(Corpus::from_path(&single, None), Err(DataError::NoText { skipped: 1, .. })));
     }
 
     #[test]
@@ -451,10 +411,7 @@ mod tests {
         let corpus = Corpus::from_path(&scratch.0, Some(first + 2)).expect("read");
         assert_eq!((corpus.text.as_str(), corpus.files), ("héllo wörld", 1));
 
-        assert!(matches!(
-            Corpus::from_path(&scratch.0, Some(0)),
-            Err(DataError::InvalidArgument(_))
-        ));
+        assert!(matches!(Corpus::from_path(&scratch.0, Some(0)), Err(DataError::InvalidArgument(_))));
     }
 
     #[test]

@@ -49,21 +49,14 @@ impl TokenDataset {
         let total = tokens.len();
         let validation_len = (total as f64 * validation_fraction).round() as usize;
         if validation_len == 0 || validation_len >= total {
-            let empty = if validation_len == 0 {
-                Split::Validation
-            } else {
-                Split::Train
-            };
+            let empty = if validation_len == 0 { Split::Validation } else { Split::Train };
             return Err(DataError::invalid(format!(
                 "{total} tokens with validation fraction {validation_fraction} \
                  leave an empty {empty} split"
             )));
         }
         let validation = tokens.split_off(total - validation_len);
-        Ok(Self {
-            train: tokens,
-            validation,
-        })
+        Ok(Self { train: tokens, validation })
     }
 
     /// The training tokens.
@@ -116,9 +109,7 @@ mod tests {
         assert_eq!(dataset.get(Split::Validation), &[90, 91, 92, 93, 94, 95, 96, 97, 98, 99]);
         assert_eq!(dataset.get(Split::Train), dataset.train());
 
-        let (train, validation) = TokenDataset::split((0..7).collect(), 0.5)
-            .expect("split")
-            .into_parts();
+        let (train, validation) = TokenDataset::split((0..7).collect(), 0.5).expect("split").into_parts();
         // 3.5 rounds to 4.
         assert_eq!((train.len(), validation.len()), (3, 4));
     }
@@ -127,10 +118,7 @@ mod tests {
     fn fractions_outside_the_open_unit_interval_are_rejected() {
         for fraction in [0.0, 1.0, -0.5, 1.5, f64::NAN] {
             let err = TokenDataset::split((0..100).collect(), fraction).unwrap_err();
-            assert!(
-                matches!(err, DataError::InvalidArgument(_)),
-                "{fraction}: {err}"
-            );
+            assert!(matches!(err, DataError::InvalidArgument(_)), "{fraction}: {err}");
         }
     }
 

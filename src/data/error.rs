@@ -54,10 +54,7 @@ pub enum DataError {
 impl DataError {
     /// An [`Io`](Self::Io) error about `path`.
     pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
-        DataError::Io {
-            path: path.into(),
-            source,
-        }
+        DataError::Io { path: path.into(), source }
     }
 
     /// An [`InvalidArgument`](Self::InvalidArgument) error.
@@ -72,25 +69,12 @@ mod tests {
 
     #[test]
     fn messages_name_the_path_and_the_numbers() {
-        let err = DataError::NoText {
-            path: PathBuf::from("/tmp/corpus"),
-            skipped: 3,
-        };
-        assert_eq!(
-            err.to_string(),
-            "no UTF-8 text in /tmp/corpus: 3 non-UTF-8 files skipped"
-        );
+        let err = DataError::NoText { path: PathBuf::from("/tmp/corpus"), skipped: 3 };
+        assert_eq!(err.to_string(), "no UTF-8 text in /tmp/corpus: 3 non-UTF-8 files skipped");
 
-        let err = DataError::CorpusTooShort {
-            available: 5,
-            needed: 9,
-            split: Split::Validation,
-        };
+        let err = DataError::CorpusTooShort { available: 5, needed: 9, split: Split::Validation };
         let message = err.to_string();
-        assert!(
-            message.starts_with("the validation split has 5 tokens, but one window needs 9"),
-            "{message}"
-        );
+        assert!(message.starts_with("the validation split has 5 tokens, but one window needs 9"), "{message}");
 
         let err = DataError::io("/nowhere", std::io::Error::other("boom"));
         assert_eq!(err.to_string(), "I/O error on /nowhere: boom");

@@ -227,16 +227,18 @@ impl ImageBatch {
     pub fn into_device<B: Backend>(self, device: &B::Device) -> (Tensor<B, 4>, Tensor<B, 1, Int>) {
         let shape = self.shape();
         let labels = TensorData::new(self.labels, [self.batch]);
-        (
-            Tensor::from_data(TensorData::new(self.images, shape), device),
-            Tensor::from_data(labels, device),
-        )
+        (Tensor::from_data(TensorData::new(self.images, shape), device), Tensor::from_data(labels, device))
     }
 }
 
 /// A fixed held-out set of `batches` batches, drawn from a stream whose seed is derived
 /// from `seed` so that it never repeats the training stream of the same seed.
-pub fn shapes_validation(resolution: usize, batch: usize, batches: usize, seed: u64) -> Result<Vec<ImageBatch>, DataError> {
+pub fn shapes_validation(
+    resolution: usize,
+    batch: usize,
+    batches: usize,
+    seed: u64,
+) -> Result<Vec<ImageBatch>, DataError> {
     let mut sampler = ShapeSampler::new(resolution, batch, seed ^ 0x5EED_0F5A_11D0)?;
     Ok((0..batches).map(|_| sampler.sample()).collect())
 }

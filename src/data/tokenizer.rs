@@ -29,10 +29,7 @@ pub struct Gpt2Tokenizer {
 
 impl fmt::Debug for Gpt2Tokenizer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Gpt2Tokenizer")
-            .field("encoding", &"r50k_base")
-            .field("vocab_size", &GPT2_VOCAB_SIZE)
-            .finish()
+        f.debug_struct("Gpt2Tokenizer").field("encoding", &"r50k_base").field("vocab_size", &GPT2_VOCAB_SIZE).finish()
     }
 }
 
@@ -42,9 +39,7 @@ impl Gpt2Tokenizer {
     pub fn new() -> Result<Self, DataError> {
         tiktoken_rs::r50k_base()
             .map(|bpe| Self { bpe })
-            .map_err(|err| {
-                DataError::Tokenizer(format!("cannot build the GPT-2 (r50k_base) BPE: {err:#}"))
-            })
+            .map_err(|err| DataError::Tokenizer(format!("cannot build the GPT-2 (r50k_base) BPE: {err:#}")))
     }
 
     /// Encodes `text` in one pass on the calling thread.
@@ -69,18 +64,14 @@ impl Gpt2Tokenizer {
     /// [`encode_corpus`](Self::encode_corpus) with a given piece size.
     fn encode_in_pieces(&self, text: &str, piece_bytes: usize) -> Vec<u32> {
         let pieces = pieces(text, piece_bytes);
-        let threads = std::thread::available_parallelism()
-            .map_or(1, |n| n.get())
-            .min(pieces.len());
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(pieces.len());
         if threads <= 1 {
             return self.encode_all(&pieces);
         }
         let per_thread = pieces.len().div_ceil(threads);
         let parts: Vec<Vec<u32>> = std::thread::scope(|scope| {
-            let workers: Vec<_> = pieces
-                .chunks(per_thread)
-                .map(|chunk| scope.spawn(move || self.encode_all(chunk)))
-                .collect();
+            let workers: Vec<_> =
+                pieces.chunks(per_thread).map(|chunk| scope.spawn(move || self.encode_all(chunk))).collect();
             workers
                 .into_iter()
                 .map(|worker| match worker.join() {
@@ -108,9 +99,7 @@ impl Gpt2Tokenizer {
     /// Decodes `tokens` back to text. Fails on an id outside the vocabulary, or when the
     /// tokens' bytes are not valid UTF-8 (a sequence cut in the middle of a character).
     pub fn decode(&self, tokens: &[u32]) -> Result<String, DataError> {
-        self.bpe
-            .decode(tokens.to_vec())
-            .map_err(|err| DataError::Tokenizer(format!("cannot decode tokens: {err:#}")))
+        self.bpe.decode(tokens.to_vec()).map_err(|err| DataError::Tokenizer(format!("cannot decode tokens: {err:#}")))
     }
 
     /// The vocabulary size, [`GPT2_VOCAB_SIZE`].
@@ -173,11 +162,7 @@ mod tests {
     #[test]
     fn ascii_and_unicode_round_trip() {
         let tokenizer = tokenizer();
-        for text in [
-            "fn main() {\n    println!(\"hi\");\n}\n",
-            "Hello, world! — naïve café 東京",
-            "",
-        ] {
+        for text in ["fn main() {\n    println!(\"hi\");\n}\n", "Hello, world! — naïve café 東京", ""] {
             let tokens = tokenizer.encode(text);
             assert!(tokens.iter().all(|&t| (t as usize) < GPT2_VOCAB_SIZE));
             assert_eq!(tokenizer.decode(&tokens).expect("decode"), text);
@@ -193,9 +178,7 @@ mod tests {
 
     #[test]
     fn ids_outside_the_vocabulary_fail_to_decode() {
-        let err = tokenizer()
-            .decode(&[15496, GPT2_VOCAB_SIZE as u32])
-            .unwrap_err();
+        let err = tokenizer().decode(&[15496, GPT2_VOCAB_SIZE as u32]).unwrap_err();
         assert!(matches!(err, DataError::Tokenizer(_)), "{err}");
     }
 
@@ -212,11 +195,7 @@ mod tests {
         let text = paragraph.repeat(40);
         let expected = tokenizer.encode(&text);
         for piece_bytes in [1, 7, 16, 64, 1 << 20] {
-            assert_eq!(
-                tokenizer.encode_in_pieces(&text, piece_bytes),
-                expected,
-                "piece size {piece_bytes}"
-            );
+            assert_eq!(tokenizer.encode_in_pieces(&text, piece_bytes), expected, "piece size {piece_bytes}");
         }
         assert_eq!(tokenizer.encode_corpus(&text), expected);
     }

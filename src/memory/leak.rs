@@ -160,13 +160,7 @@ impl LeakDetector {
         } else {
             LeakVerdict::Flat
         };
-        LeakReport {
-            growth_per_step: slope,
-            growth_over_window,
-            samples: n,
-            tolerance_per_step: tolerance,
-            verdict,
-        }
+        LeakReport { growth_per_step: slope, growth_over_window, samples: n, tolerance_per_step: tolerance, verdict }
     }
 }
 
@@ -235,9 +229,6 @@ mod tests {
         let mut detector = LeakDetector::new(10);
         detector.record(0, 1);
         detector.record(1, 1_000_000_000);
-        assert_eq!(
-            detector.report().verdict,
-            LeakVerdict::NotEnoughSamples { have: 2, need: 3 }
-        );
+        assert_eq!(detector.report().verdict, LeakVerdict::NotEnoughSamples { have: 2, need: 3 });
     }
 }

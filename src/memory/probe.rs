@@ -106,9 +106,7 @@ impl TrimReport {
     /// Reserved bytes handed back to the device, where both readings exist.
     pub fn released_bytes(&self) -> Option<u64> {
         match (self.before, self.after) {
-            (Some(before), Some(after)) => {
-                Some(before.bytes_reserved.saturating_sub(after.bytes_reserved))
-            }
+            (Some(before), Some(after)) => Some(before.bytes_reserved.saturating_sub(after.bytes_reserved)),
             _ => None,
         }
     }

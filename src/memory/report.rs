@@ -27,9 +27,7 @@ pub struct MemoryReport {
 impl MemoryReport {
     /// `bytes_reserved / bytes_in_use` now: how much the pool keeps beyond what is live.
     pub fn reserved_ratio(&self) -> Option<f64> {
-        self.current
-            .filter(|c| c.bytes_in_use > 0)
-            .map(|c| c.bytes_reserved as f64 / c.bytes_in_use as f64)
+        self.current.filter(|c| c.bytes_in_use > 0).map(|c| c.bytes_reserved as f64 / c.bytes_in_use as f64)
     }
 }
 

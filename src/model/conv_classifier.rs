@@ -119,11 +119,7 @@ impl<B: Backend> ConvClassifier<B> {
             correct += hits as usize;
             seen += count;
         }
-        Evaluation {
-            loss: loss / seen.max(1) as f64,
-            accuracy: correct as f64 / seen.max(1) as f64,
-            examples: seen,
-        }
+        Evaluation { loss: loss / seen.max(1) as f64, accuracy: correct as f64 / seen.max(1) as f64, examples: seen }
     }
 }
 
@@ -195,7 +191,8 @@ mod tests {
         let images = Tensor::<NdArray, 4>::random([6, 3, 8, 8], Distribution::Normal(0.0, 1.0), &device);
         let predicted: Vec<i64> = model.forward(images.clone()).argmax(1).reshape([6]).into_data().to_vec().unwrap();
         // Labels equal to the predictions in the first four examples, wrong in the last two.
-        let labels: Vec<i64> = predicted.iter().enumerate().map(|(i, &p)| if i < 4 { p } else { (p + 1) % 4 }).collect();
+        let labels: Vec<i64> =
+            predicted.iter().enumerate().map(|(i, &p)| if i < 4 { p } else { (p + 1) % 4 }).collect();
         let labels = Tensor::<NdArray, 1, Int>::from_data(TensorData::new(labels, [6]), &device);
         let evaluation = model.evaluate([(images, labels)]);
         assert_eq!(evaluation.examples, 6);

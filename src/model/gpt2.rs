@@ -16,8 +16,7 @@
 use burn::module::{Initializer, Module};
 use burn::nn::loss::CrossEntropyLossConfig;
 use burn::nn::{
-    Dropout, DropoutConfig, Embedding, EmbeddingConfig, Gelu, LayerNorm, LayerNormConfig, Linear,
-    LinearConfig,
+    Dropout, DropoutConfig, Embedding, EmbeddingConfig, Gelu, LayerNorm, LayerNormConfig, Linear, LinearConfig,
 };
 use burn::prelude::*;
 use burn::tensor::backend::AutodiffBackend;
@@ -28,8 +27,8 @@ use burn::train::{InferenceStep, TrainOutput, TrainStep};
 
 use crate::trainer::ForwardLoss;
 
-use super::materialize::materialize;
 use super::lm_head_loss::{chunked_lm_head_loss, fused_lm_head_loss};
+use super::materialize::materialize;
 use crate::data::{HostBatch, TokenBatch};
 use crate::trainer::StepLoss;
 
@@ -159,9 +158,7 @@ impl Gpt2Config {
         let d = self.d_model;
         let normal = |std| Initializer::Normal { mean: 0.0, std };
         let residual_std = INIT_STD / (2.0 * self.layers as f64).sqrt();
-        let linear = |d_in, d_out, std| {
-            LinearConfig::new(d_in, d_out).with_initializer(normal(std)).init(device)
-        };
+        let linear = |d_in, d_out, std| LinearConfig::new(d_in, d_out).with_initializer(normal(std)).init(device);
         let norm = || LayerNormConfig::new(d).with_epsilon(self.layer_norm_eps).init(device);
         let dropout = || DropoutConfig::new(self.dropout).init();
         let blocks = (0..self.layers)
@@ -186,9 +183,7 @@ impl Gpt2Config {
             token_embedding: EmbeddingConfig::new(self.padded_vocab(), d)
                 .with_initializer(normal(INIT_STD))
                 .init(device),
-            position_embedding: EmbeddingConfig::new(self.context, d)
-                .with_initializer(normal(INIT_STD))
-                .init(device),
+            position_embedding: EmbeddingConfig::new(self.context, d).with_initializer(normal(INIT_STD)).init(device),
             blocks,
             final_norm: norm(),
             dropout: dropout(),
@@ -244,12 +239,7 @@ impl<B: Backend> CausalSelfAttention<B> {
     fn forward(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
         let [batch, seq, d] = x.dims();
         let head_dim = d / self.heads;
-        let [query, key, value] = self
-            .qkv
-            .forward(x)
-            .chunk(3, 2)
-            .try_into()
-            .expect("three equal chunks of 3·d");
+        let [query, key, value] = self.qkv.forward(x).chunk(3, 2).try_into().expect("three equal chunks of 3·d");
         let heads = |t: Tensor<B, 3>| t.reshape([batch, seq, self.heads, head_dim]).swap_dims(1, 2);
         let options = AttentionModuleOptions { is_causal: true, ..Default::default() };
         let context = attention(heads(query), heads(key), heads(value), None, None, options);
@@ -279,15 +269,9 @@ impl<B: Backend> Gpt2<B> {
     /// If `seq` exceeds the context length.
     pub fn hidden(&self, tokens: Tensor<B, 2, Int>) -> Tensor<B, 3> {
         let [batch, seq] = tokens.dims();
-        assert!(
-            seq <= self.context,
-            "sequence of {seq} tokens exceeds the model's context of {}",
-            self.context
-        );
+        assert!(seq <= self.context, "sequence of {seq} tokens exceeds the model's context of {}", self.context);
         let device = tokens.device();
-        let positions = Tensor::<B, 1, Int>::arange(0..seq as i64, &device)
-            .reshape([1, seq])
-            .expand([batch, seq]);
+        let positions = Tensor::<B, 1, Int>::arange(0..seq as i64, &device).reshape([1, seq]).expand([batch, seq]);
         let x = self.token_embedding.forward(tokens) + self.position_embedding.forward(positions);
         let x = self.blocks.iter().fold(self.dropout.forward(x), |x, block| block.forward(x));
         self.final_norm.forward(x)
@@ -316,12 +300,7 @@ impl<B: Backend> Gpt2<B> {
     ///
     /// # Panics
     /// If `chunk` is 0.
-    pub fn loss_chunked(
-        &self,
-        inputs: Tensor<B, 2, Int>,
-        targets: Tensor<B, 2, Int>,
-        chunk: usize,
-    ) -> Tensor<B, 1> {
+    pub fn loss_chunked(&self, inputs: Tensor<B, 2, Int>, targets: Tensor<B, 2, Int>, chunk: usize) -> Tensor<B, 1> {
         let (hidden, targets) = flatten_tokens(self.hidden(inputs), targets);
         chunked_lm_head_loss(hidden, self.token_embedding.weight.val(), targets, chunk)
     }
@@ -366,9 +345,7 @@ impl<B: Backend> Gpt2<B> {
 fn cross_entropy<B: Backend>(logits: Tensor<B, 3>, targets: Tensor<B, 2, Int>) -> Tensor<B, 1> {
     let [batch, seq, vocab] = logits.dims();
     let logits = super::logits_in_f32(logits.reshape([batch * seq, vocab]));
-    CrossEntropyLossConfig::new()
-        .init(&logits.device())
-        .forward(logits, targets.reshape([batch * seq]))
+    CrossEntropyLossConfig::new().init(&logits.device()).forward(logits, targets.reshape([batch * seq]))
 }
 
 /// The loss of one language-model step and the tokens it covered.
@@ -396,10 +373,7 @@ impl<B: Backend> StepLoss<B> for LanguageModelOutput<B> {
 }
 
 /// Hidden states `[batch, seq, d]` and targets `[batch, seq]` as `[tokens, d]` and `[tokens]`.
-fn flatten_tokens<B: Backend>(
-    hidden: Tensor<B, 3>,
-    targets: Tensor<B, 2, Int>,
-) -> (Tensor<B, 2>, Tensor<B, 1, Int>) {
+fn flatten_tokens<B: Backend>(hidden: Tensor<B, 3>, targets: Tensor<B, 2, Int>) -> (Tensor<B, 2>, Tensor<B, 1, Int>) {
     let [batch, seq, d] = hidden.dims();
     (hidden.reshape([batch * seq, d]), targets.reshape([batch * seq]))
 }
@@ -469,10 +443,7 @@ mod tests {
     #[test]
     fn counted_parameters_match_a_built_model() {
         let device = Default::default();
-        for config in [
-            Gpt2Config::new(97, 16, 3, 24, 3),
-            Gpt2Config::new(101, 8, 1, 16, 2).with_pad_vocab_to(64),
-        ] {
+        for config in [Gpt2Config::new(97, 16, 3, 24, 3), Gpt2Config::new(101, 8, 1, 16, 2).with_pad_vocab_to(64)] {
             let model = config.init::<Cpu>(&device);
             assert_eq!(model.num_params(), config.parameter_count(), "{config:?}");
         }
@@ -480,14 +451,8 @@ mod tests {
 
     #[test]
     fn bad_configs_are_typed_errors() {
-        assert_eq!(
-            Gpt2Config::preset("gpt2-huge"),
-            Err(Gpt2ConfigError::UnknownPreset("gpt2-huge".into()))
-        );
-        assert_eq!(
-            Gpt2Config::new(10, 8, 1, 10, 3).validate(),
-            Err(Gpt2ConfigError::Heads { d_model: 10, heads: 3 })
-        );
+        assert_eq!(Gpt2Config::preset("gpt2-huge"), Err(Gpt2ConfigError::UnknownPreset("gpt2-huge".into())));
+        assert_eq!(Gpt2Config::new(10, 8, 1, 10, 3).validate(), Err(Gpt2ConfigError::Heads { d_model: 10, heads: 3 }));
         assert_eq!(Gpt2Config::new(10, 0, 1, 8, 2).validate(), Err(Gpt2ConfigError::Zero("context")));
         assert!(Gpt2Config::new(10, 8, 1, 8, 2).with_dropout(1.0).validate().is_err());
         for name in GPT2_PRESETS {

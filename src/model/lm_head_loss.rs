@@ -81,11 +81,8 @@ pub fn fused_lm_head_loss<B: AutodiffBackend>(
         loss = loss + nll;
         // (softmax − onehot) / n, built in place of the chunk's probabilities.
         let minus_one = Tensor::full([len, 1], -1.0, &h.device());
-        let grad_logits = log_probs
-            .exp()
-            .scatter(1, t_chunk, minus_one, IndexingUpdateOp::Add)
-            .mul_scalar(scale)
-            .cast(compute);
+        let grad_logits =
+            log_probs.exp().scatter(1, t_chunk, minus_one, IndexingUpdateOp::Add).mul_scalar(scale).cast(compute);
         grad_hidden.push(grad_logits.clone().matmul(w.clone()));
         grad_weight = grad_weight + grad_logits.transpose().matmul(h_chunk);
     }

@@ -2,14 +2,14 @@
 //! and a linear head. Small enough to train on llvmpipe in CI, conv-heavy enough that the
 //! autodiff graph retains convolution inputs, which is what the memory tests look for.
 
+use super::materialize::materialize;
+use crate::trainer::ForwardLoss;
 use burn::nn::conv::{Conv2d, Conv2dConfig};
 use burn::nn::loss::CrossEntropyLossConfig;
 use burn::nn::pool::{AdaptiveAvgPool2d, AdaptiveAvgPool2dConfig};
 use burn::nn::{Linear, LinearConfig, PaddingConfig2d, Relu};
 use burn::prelude::*;
 use burn::tensor::backend::AutodiffBackend;
-use super::materialize::materialize;
-use crate::trainer::ForwardLoss;
 use burn::train::{ClassificationOutput, InferenceStep, TrainOutput, TrainStep};
 
 #[derive(Config, Debug)]
@@ -34,9 +34,7 @@ pub struct SmallCnn<B: Backend> {
 impl SmallCnnConfig {
     pub fn init<B: Backend>(&self, device: &B::Device) -> SmallCnn<B> {
         let conv = |c_in, c_out| {
-            Conv2dConfig::new([c_in, c_out], [3, 3])
-                .with_padding(PaddingConfig2d::Explicit(1, 1, 1, 1))
-                .init(device)
+            Conv2dConfig::new([c_in, c_out], [3, 3]).with_padding(PaddingConfig2d::Explicit(1, 1, 1, 1)).init(device)
         };
         materialize(SmallCnn {
             conv1: conv(self.in_channels, self.width),

@@ -14,10 +14,10 @@ use std::str::FromStr;
 use burn::backend::wgpu::WgpuDevice;
 use serde::{Deserialize, Serialize};
 
-pub use capacity::{device_memory, host_memory};
-pub use headless::quiet_headless_vulkan;
 #[cfg(feature = "cuda")]
 pub use capacity::cuda_total_memory;
+pub use capacity::{device_memory, host_memory};
+pub use headless::quiet_headless_vulkan;
 pub use probe::{probe_cuda, probe_wgpu, AdapterKind, AdapterSummary, CudaStatus};
 pub use run::{
     BackendJob, Checkpointing, CpuCheckpointedStack, CpuStack, LeanCpuCheckpointedStack, LeanCpuStack,
@@ -27,9 +27,7 @@ pub use run::{
 pub use run::{CudaCheckpointedStack, CudaStack, LeanCudaCheckpointedStack, LeanCudaStack};
 
 /// The backend a user asks for.
-#[derive(
-    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, clap::ValueEnum,
-)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum BackendKind {
     /// CUDA if a driver and device answer, else a GPU through wgpu, else the CPU.
@@ -68,8 +66,7 @@ impl FromStr for BackendKind {
     type Err = SelectError;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        <Self as clap::ValueEnum>::from_str(s.trim(), true)
-            .map_err(|_| SelectError::UnknownBackend(s.to_string()))
+        <Self as clap::ValueEnum>::from_str(s.trim(), true).map_err(|_| SelectError::UnknownBackend(s.to_string()))
     }
 }
 
@@ -121,8 +118,13 @@ pub struct BackendArgs {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Chosen {
     #[cfg(feature = "cuda")]
-    Cuda { ordinal: usize },
-    Wgpu { device: WgpuDevice, adapter: AdapterSummary },
+    Cuda {
+        ordinal: usize,
+    },
+    Wgpu {
+        device: WgpuDevice,
+        adapter: AdapterSummary,
+    },
     Cpu,
 }
 
@@ -178,11 +180,9 @@ impl fmt::Display for Selection {
 /// Chooses a backend for `args`, probing drivers without ever panicking on a missing one.
 pub fn select(args: &BackendArgs) -> Result<Selection, SelectError> {
     match args.backend {
-        BackendKind::Cpu => Ok(Selection {
-            requested: BackendKind::Cpu,
-            chosen: Chosen::Cpu,
-            reason: "asked for by name".into(),
-        }),
+        BackendKind::Cpu => {
+            Ok(Selection { requested: BackendKind::Cpu, chosen: Chosen::Cpu, reason: "asked for by name".into() })
+        }
         BackendKind::Cuda => select_cuda(args.device_index, probe_cuda()),
         BackendKind::Wgpu => select_wgpu(args.device_index, &probe_wgpu()),
         BackendKind::Auto => Ok(select_auto(args, probe_cuda(), &probe_wgpu())),
@@ -219,9 +219,8 @@ fn select_wgpu(index: usize, adapters: &[AdapterSummary]) -> Result<Selection, S
     if adapters.is_empty() {
         return Err(SelectError::NoWgpuAdapter);
     }
-    let adapter = adapters
-        .get(index)
-        .ok_or(SelectError::NoSuchWgpuAdapter { requested: index, available: adapters.len() })?;
+    let adapter =
+        adapters.get(index).ok_or(SelectError::NoSuchWgpuAdapter { requested: index, available: adapters.len() })?;
     Ok(Selection {
         requested: BackendKind::Wgpu,
         chosen: Chosen::Wgpu { device: wgpu_device(adapter), adapter: adapter.clone() },
@@ -255,9 +254,7 @@ fn select_auto(args: &BackendArgs, cuda: CudaStatus, adapters: &[AdapterSummary]
         };
     }
     let wgpu_note = match software {
-        Some(sw) => format!(
-            "wgpu found only {sw}, which auto skips (pass --allow-software or --backend wgpu)"
-        ),
+        Some(sw) => format!("wgpu found only {sw}, which auto skips (pass --allow-software or --backend wgpu)"),
         None => "wgpu found no adapter".to_string(),
     };
     Selection {
@@ -272,13 +269,7 @@ mod tests {
     use super::*;
 
     fn adapter(kind: AdapterKind, index_in_kind: usize) -> AdapterSummary {
-        AdapterSummary {
-            name: format!("{kind:?}"),
-            kind,
-            index_in_kind,
-            api: "Vulkan".into(),
-            driver: String::new(),
-        }
+        AdapterSummary { name: format!("{kind:?}"), kind, index_in_kind, api: "Vulkan".into(), driver: String::new() }
     }
 
     #[test]
@@ -311,13 +302,9 @@ mod tests {
         let chosen = select_auto(&allow, no_cuda.clone(), &adapters).chosen;
         assert!(matches!(chosen, Chosen::Wgpu { device: WgpuDevice::Cpu, .. }), "{chosen:?}");
 
-        let adapters =
-            [adapter(AdapterKind::IntegratedGpu, 0), adapter(AdapterKind::Software, 0)];
+        let adapters = [adapter(AdapterKind::IntegratedGpu, 0), adapter(AdapterKind::Software, 0)];
         let chosen = select_auto(&args, no_cuda, &adapters).chosen;
-        assert!(
-            matches!(chosen, Chosen::Wgpu { device: WgpuDevice::IntegratedGpu(0), .. }),
-            "{chosen:?}"
-        );
+        assert!(matches!(chosen, Chosen::Wgpu { device: WgpuDevice::IntegratedGpu(0), .. }), "{chosen:?}");
     }
 
     #[test]

@@ -43,14 +43,8 @@ pub(super) const LIBCUDA: &str = "libcuda.so.1";
 
 /// Names under which cudarc looks for NVRTC (a subset covering CUDA 11 to 13).
 #[cfg(not(target_os = "windows"))]
-const NVRTC_NAMES: &[&str] = &[
-    "libnvrtc.so",
-    "libnvrtc.so.13",
-    "libnvrtc.so.12",
-    "libnvrtc.so.11.2",
-    "libnvrtc.so.11",
-    "libnvrtc.so.1",
-];
+const NVRTC_NAMES: &[&str] =
+    &["libnvrtc.so", "libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so.11.2", "libnvrtc.so.11", "libnvrtc.so.1"];
 #[cfg(target_os = "windows")]
 const NVRTC_NAMES: &[&str] = &["nvrtc64_130_0.dll", "nvrtc64_120_0.dll", "nvrtc64_112_0.dll"];
 
@@ -68,9 +62,7 @@ pub fn probe_cuda() -> CudaStatus {
         let lib = match libloading::Library::new(LIBCUDA) {
             Ok(lib) => lib,
             Err(err) => {
-                return CudaStatus::Unavailable(format!(
-                    "no CUDA driver: {LIBCUDA} could not be loaded ({err})"
-                ))
+                return CudaStatus::Unavailable(format!("no CUDA driver: {LIBCUDA} could not be loaded ({err})"))
             }
         };
         let symbols = (

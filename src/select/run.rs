@@ -30,11 +30,9 @@ pub type CpuStack = Autodiff<NdArray>;
 
 /// The `Lean` stack for the CUDA choice: leanburn's kernels on the unfused CubeCL backend.
 #[cfg(feature = "cuda")]
-pub type LeanCudaStack =
-    Autodiff<Lean<burn_cubecl::CubeBackend<cubecl::cuda::CudaRuntime, f32, i32, u8>>>;
+pub type LeanCudaStack = Autodiff<Lean<burn_cubecl::CubeBackend<cubecl::cuda::CudaRuntime, f32, i32, u8>>>;
 /// The `Lean` stack for the wgpu choice: leanburn's kernels on the unfused CubeCL backend.
-pub type LeanWgpuStack =
-    Autodiff<Lean<burn_cubecl::CubeBackend<burn::backend::wgpu::WgpuRuntime, f32, i32, u32>>>;
+pub type LeanWgpuStack = Autodiff<Lean<burn_cubecl::CubeBackend<burn::backend::wgpu::WgpuRuntime, f32, i32, u32>>>;
 /// The `Lean` stack for the CPU choice (composed convolutions).
 pub type LeanCpuStack = Autodiff<Lean<NdArray>>;
 
@@ -47,15 +45,11 @@ pub type WgpuCheckpointedStack = Autodiff<Wgpu, BalancedCheckpointing>;
 pub type CpuCheckpointedStack = Autodiff<NdArray, BalancedCheckpointing>;
 /// The `Lean` CUDA stack with activation checkpointing.
 #[cfg(feature = "cuda")]
-pub type LeanCudaCheckpointedStack = Autodiff<
-    Lean<burn_cubecl::CubeBackend<cubecl::cuda::CudaRuntime, f32, i32, u8>>,
-    BalancedCheckpointing,
->;
+pub type LeanCudaCheckpointedStack =
+    Autodiff<Lean<burn_cubecl::CubeBackend<cubecl::cuda::CudaRuntime, f32, i32, u8>>, BalancedCheckpointing>;
 /// The `Lean` wgpu stack with activation checkpointing.
-pub type LeanWgpuCheckpointedStack = Autodiff<
-    Lean<burn_cubecl::CubeBackend<burn::backend::wgpu::WgpuRuntime, f32, i32, u32>>,
-    BalancedCheckpointing,
->;
+pub type LeanWgpuCheckpointedStack =
+    Autodiff<Lean<burn_cubecl::CubeBackend<burn::backend::wgpu::WgpuRuntime, f32, i32, u32>>, BalancedCheckpointing>;
 /// The `Lean` CPU stack with activation checkpointing.
 pub type LeanCpuCheckpointedStack = Autodiff<Lean<NdArray>, BalancedCheckpointing>;
 
@@ -90,9 +84,7 @@ impl Selection {
     pub fn run<J: BackendJob>(&self, job: J) -> J::Output {
         match &self.chosen {
             #[cfg(feature = "cuda")]
-            Chosen::Cuda { ordinal } => {
-                job.run::<CudaStack>(burn::backend::cuda::CudaDevice::new(*ordinal))
-            }
+            Chosen::Cuda { ordinal } => job.run::<CudaStack>(burn::backend::cuda::CudaDevice::new(*ordinal)),
             Chosen::Wgpu { device, .. } => job.run::<WgpuStack>(device.clone()),
             Chosen::Cpu => job.run::<CpuStack>(NdArrayDevice::Cpu),
         }
@@ -133,9 +125,7 @@ impl Selection {
     pub fn run_lean<J: BackendJob>(&self, job: J) -> J::Output {
         match &self.chosen {
             #[cfg(feature = "cuda")]
-            Chosen::Cuda { ordinal } => {
-                job.run::<LeanCudaStack>(burn::backend::cuda::CudaDevice::new(*ordinal))
-            }
+            Chosen::Cuda { ordinal } => job.run::<LeanCudaStack>(burn::backend::cuda::CudaDevice::new(*ordinal)),
             Chosen::Wgpu { device, .. } => job.run::<LeanWgpuStack>(device.clone()),
             Chosen::Cpu => job.run::<LeanCpuStack>(NdArrayDevice::Cpu),
         }

@@ -269,11 +269,9 @@ impl HybridConfig {
         if !in_unit_open(self.ema_decay) {
             return Err(ConfigError::EmaDecay(self.ema_decay));
         }
-        for (field, value) in [
-            ("initial_scale", self.initial_scale),
-            ("min_scale", self.min_scale),
-            ("max_scale", self.max_scale),
-        ] {
+        for (field, value) in
+            [("initial_scale", self.initial_scale), ("min_scale", self.min_scale), ("max_scale", self.max_scale)]
+        {
             if !positive_finite(value) {
                 return Err(ConfigError::Scale { field, value });
             }
@@ -449,18 +447,9 @@ mod tests {
     #[test]
     fn zero_step_counts_are_rejected() {
         let base = HybridConfig::default();
-        assert_eq!(
-            base.clone().with_warmup_steps(0).validate(),
-            Err(ConfigError::WarmupSteps(0))
-        );
-        assert_eq!(
-            base.clone().with_full_steps(0).validate(),
-            Err(ConfigError::FullSteps(0))
-        );
-        assert_eq!(
-            base.clone().with_correct_steps(0).validate(),
-            Err(ConfigError::CorrectSteps(0))
-        );
+        assert_eq!(base.clone().with_warmup_steps(0).validate(), Err(ConfigError::WarmupSteps(0)));
+        assert_eq!(base.clone().with_full_steps(0).validate(), Err(ConfigError::FullSteps(0)));
+        assert_eq!(base.clone().with_correct_steps(0).validate(), Err(ConfigError::CorrectSteps(0)));
         assert_eq!(base.with_cooldown_steps(0).validate(), Ok(()));
     }
 
@@ -468,46 +457,26 @@ mod tests {
     fn horizons_must_be_ordered() {
         let base = HybridConfig::default();
         assert_eq!(
-            base.clone()
-                .with_min_horizon(0)
-                .with_initial_horizon(0)
-                .validate(),
+            base.clone().with_min_horizon(0).with_initial_horizon(0).validate(),
             Err(ConfigError::MinHorizon(0))
         );
         assert_eq!(
             base.clone().with_initial_horizon(17).validate(),
-            Err(ConfigError::HorizonOrder {
-                min: 2,
-                initial: 17,
-                max: 16
-            })
+            Err(ConfigError::HorizonOrder { min: 2, initial: 17, max: 16 })
         );
         assert_eq!(
             base.with_min_horizon(4).with_initial_horizon(3).validate(),
-            Err(ConfigError::HorizonOrder {
-                min: 4,
-                initial: 3,
-                max: 16
-            })
+            Err(ConfigError::HorizonOrder { min: 4, initial: 3, max: 16 })
         );
     }
 
     #[test]
     fn decays_must_be_in_the_half_open_unit_interval() {
         let base = HybridConfig::default();
-        assert_eq!(
-            base.clone().with_ema_decay(1.0).validate(),
-            Err(ConfigError::EmaDecay(1.0))
-        );
-        assert_eq!(
-            base.clone().with_ema_decay(-0.1).validate(),
-            Err(ConfigError::EmaDecay(-0.1))
-        );
+        assert_eq!(base.clone().with_ema_decay(1.0).validate(), Err(ConfigError::EmaDecay(1.0)));
+        assert_eq!(base.clone().with_ema_decay(-0.1).validate(), Err(ConfigError::EmaDecay(-0.1)));
         assert_eq!(base.clone().with_ema_decay(0.0).validate(), Ok(()));
-        assert_eq!(
-            base.with_running_loss_decay(1.0).validate(),
-            Err(ConfigError::RunningLossDecay(1.0))
-        );
+        assert_eq!(base.with_running_loss_decay(1.0).validate(), Err(ConfigError::RunningLossDecay(1.0)));
     }
 
     #[test]
@@ -515,65 +484,33 @@ mod tests {
         let base = HybridConfig::default();
         assert_eq!(
             base.clone().with_min_scale(0.0).validate(),
-            Err(ConfigError::Scale {
-                field: "min_scale",
-                value: 0.0
-            })
+            Err(ConfigError::Scale { field: "min_scale", value: 0.0 })
         );
         assert!(matches!(
             base.clone().with_initial_scale(f64::NAN).validate(),
-            Err(ConfigError::Scale {
-                field: "initial_scale",
-                ..
-            })
+            Err(ConfigError::Scale { field: "initial_scale", .. })
         ));
         assert_eq!(
             base.with_initial_scale(2.0).validate(),
-            Err(ConfigError::ScaleOrder {
-                min: 0.1,
-                initial: 2.0,
-                max: 1.5
-            })
+            Err(ConfigError::ScaleOrder { min: 0.1, initial: 2.0, max: 1.5 })
         );
     }
 
     #[test]
     fn confidences_efficiency_and_gain_are_bounded() {
         let base = HybridConfig::default();
-        assert_eq!(
-            base.clone().with_min_confidence(1.5).validate(),
-            Err(ConfigError::MinConfidence(1.5))
-        );
-        assert_eq!(
-            base.clone().with_initial_confidence(-0.5).validate(),
-            Err(ConfigError::InitialConfidence(-0.5))
-        );
-        assert!(matches!(
-            base.clone().with_hold_efficiency(f64::NAN).validate(),
-            Err(ConfigError::HoldEfficiency(_))
-        ));
-        assert!(matches!(
-            base.clone().with_min_gain(f64::NAN).validate(),
-            Err(ConfigError::MinGain(_))
-        ));
-        assert!(matches!(
-            base.clone().with_min_gain(f64::INFINITY).validate(),
-            Err(ConfigError::MinGain(_))
-        ));
+        assert_eq!(base.clone().with_min_confidence(1.5).validate(), Err(ConfigError::MinConfidence(1.5)));
+        assert_eq!(base.clone().with_initial_confidence(-0.5).validate(), Err(ConfigError::InitialConfidence(-0.5)));
+        assert!(matches!(base.clone().with_hold_efficiency(f64::NAN).validate(), Err(ConfigError::HoldEfficiency(_))));
+        assert!(matches!(base.clone().with_min_gain(f64::NAN).validate(), Err(ConfigError::MinGain(_))));
+        assert!(matches!(base.clone().with_min_gain(f64::INFINITY).validate(), Err(ConfigError::MinGain(_))));
         assert!(base.with_min_gain(-1e9).validate().is_ok());
     }
 
     #[test]
     fn messages_name_the_field_and_the_value() {
-        let message = HybridConfig::default()
-            .with_ema_decay(1.0)
-            .validate()
-            .unwrap_err()
-            .to_string();
-        assert!(
-            message.contains("ema_decay") && message.contains('1'),
-            "{message}"
-        );
+        let message = HybridConfig::default().with_ema_decay(1.0).validate().unwrap_err().to_string();
+        assert!(message.contains("ema_decay") && message.contains('1'), "{message}");
     }
 
     #[test]
@@ -583,10 +520,7 @@ mod tests {
             .with_predictor_precision(PredictorPrecision::Half)
             .with_seed(7);
         let json = serde_json::to_string(&config).expect("serialise");
-        assert!(
-            json.contains("\"host\"") && json.contains("\"half\""),
-            "{json}"
-        );
+        assert!(json.contains("\"host\"") && json.contains("\"half\""), "{json}");
         let back: HybridConfig = serde_json::from_str(&json).expect("deserialise");
         assert_eq!(back, config);
     }

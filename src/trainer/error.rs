@@ -64,18 +64,12 @@ pub enum TrainerError {
 impl TrainerError {
     /// An [`Io`](Self::Io) error about `path`.
     pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
-        TrainerError::Io {
-            path: path.into(),
-            source,
-        }
+        TrainerError::Io { path: path.into(), source }
     }
 
     /// A [`Checkpoint`](Self::Checkpoint) error about `path`.
     pub fn checkpoint(path: impl Into<PathBuf>, reason: impl Into<String>) -> Self {
-        TrainerError::Checkpoint {
-            path: path.into(),
-            reason: reason.into(),
-        }
+        TrainerError::Checkpoint { path: path.into(), reason: reason.into() }
     }
 }
 

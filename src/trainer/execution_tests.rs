@@ -11,8 +11,14 @@ fn sgd_trainer_on(
     model: &Regressor<Train>,
     config: HybridConfig,
 ) -> HybridTrainer<Train, Regressor<Train>, impl burn::optim::Optimizer<Regressor<Train>, Train>, Batch> {
-    HybridTrainer::new(model.clone(), burn::optim::SgdConfig::new().init(), config, LrSchedule::Constant { lr: 0.05 }, DEVICE)
-        .expect("valid configuration")
+    HybridTrainer::new(
+        model.clone(),
+        burn::optim::SgdConfig::new().init(),
+        config,
+        LrSchedule::Constant { lr: 0.05 },
+        DEVICE,
+    )
+    .expect("valid configuration")
 }
 
 /// Micro-batches `2·step` and `2·step + 1` of the regressor's data, stacked into one batch
@@ -102,9 +108,8 @@ fn the_loss_is_read_every_n_steps_as_the_mean_of_its_window() {
 
 #[test]
 fn a_hybrid_run_reads_before_every_predict_block() {
-    let mut trainer = sgd_trainer(config())
-        .with_execution(ExecutionConfig::default().with_loss_every(100))
-        .expect("valid");
+    let mut trainer =
+        sgd_trainer(config()).with_execution(ExecutionConfig::default().with_loss_every(100)).expect("valid");
     let mut records = Vec::new();
     for step in 0..12 {
         records.push(trainer.step(batch(step)).expect("step"));

@@ -11,22 +11,22 @@ use burn::tensor::{DType, ElementConversion, FloatDType, Tensor};
 use burn::train::{InferenceStep, TrainOutput, TrainStep};
 
 use super::accumulation::MicroBatchGradients;
-use super::predict::calibration::{confidence_after, evidence, scale_after};
 use super::checkpoint::files::DEFAULT_KEEP;
 use super::checkpoint::state::TrainerState;
 use super::config::HybridConfig;
 use super::error::TrainerError;
 use super::execution::ExecutionConfig;
-use super::predict::guard::RollbackReason;
 use super::loss_window::LossWindow;
 use super::lr::LrSchedule;
-use super::precision::mixed::{self, CastParams};
 use super::params::{self, Alignment, ParamUpdates};
-use super::predict::phase::Phase;
+use super::precision::mixed::{self, CastParams};
 use super::precision::{LossScaler, PrecisionConfig, ScaledStep};
+use super::predict::calibration::{confidence_after, evidence, scale_after};
+use super::predict::guard::RollbackReason;
+use super::predict::phase::Phase;
 use super::predict::predictor::UpdatePredictor;
-use super::records::record::{JsonlWriter, StepRecord};
 use super::predict::snapshot::Snapshot;
+use super::records::record::{JsonlWriter, StepRecord};
 use super::records::statistics::TrainerStatistics;
 use super::step::{ForwardLoss, HybridBatch, HybridModel, StepLoss};
 use crate::memory::MemoryProbe;
@@ -158,9 +158,8 @@ where
             (Some(config), None) => Some(LossScaler::new(config)),
             (None, _) => None,
         };
-        self.forward_loss = precision
-            .is_mixed()
-            .then_some(<M as ForwardLoss<B>>::forward_loss as fn(&M, T) -> Tensor<B, 1>);
+        self.forward_loss =
+            precision.is_mixed().then_some(<M as ForwardLoss<B>>::forward_loss as fn(&M, T) -> Tensor<B, 1>);
         self.precision = precision;
         Ok(self)
     }
@@ -200,9 +199,7 @@ where
     /// Only if an earlier step panicked (and the panic was caught) while the model was out
     /// of the trainer.
     pub fn model(&self) -> &M {
-        self.model
-            .as_ref()
-            .expect("the model is only missing after a step panicked")
+        self.model.as_ref().expect("the model is only missing after a step panicked")
     }
 
     /// Hands the model back.
@@ -211,8 +208,7 @@ where
     ///
     /// As [`model`](Self::model).
     pub fn into_model(self) -> M {
-        self.model
-            .expect("the model is only missing after a step panicked")
+        self.model.expect("the model is only missing after a step panicked")
     }
 
     /// The optimizer and its state.
@@ -378,11 +374,7 @@ where
             lr: outcome.lr,
             seconds,
             items,
-            items_per_second: if seconds > 0.0 {
-                items as f64 / seconds
-            } else {
-                0.0
-            },
+            items_per_second: if seconds > 0.0 { items as f64 / seconds } else { 0.0 },
             memory,
             predicted: phase == Phase::Predict,
             rolled_back: outcome.rolled_back,
@@ -467,7 +459,11 @@ where
 
     /// Forward and backward over every micro-batch, then the optimizer on their mean
     /// gradient; then the real update feeds the predictor.
-    fn full_step(&mut self, phase: Phase, micro_batches: impl ExactSizeIterator<Item = T>) -> Result<StepOutcome, TrainerError> {
+    fn full_step(
+        &mut self,
+        phase: Phase,
+        micro_batches: impl ExactSizeIterator<Item = T>,
+    ) -> Result<StepOutcome, TrainerError> {
         let model = self.model.take().ok_or(TrainerError::ModelLost)?;
         let count = micro_batches.len();
         // A resumed scaler without `with_precision` scales nothing: the step takes the plain path.
@@ -475,9 +471,7 @@ where
         let loss_scale = self.state.loss_scaler.as_ref().filter(|_| scaling).map(LossScaler::scale);
         let dtype = self.precision.precision.dtype();
         // Mixed precision: one compute copy of the weights serves every micro-batch.
-        let compute = self
-            .forward_loss
-            .map(|forward| (forward, mixed::compute_copy::<B, M>(&model, dtype)));
+        let compute = self.forward_loss.map(|forward| (forward, mixed::compute_copy::<B, M>(&model, dtype)));
         let mut accumulated = MicroBatchGradients::<M>::default();
         let mut single = None;
         let mut loss_sum = None;
@@ -562,10 +556,7 @@ where
         if let Some(loss) = loss.filter(|loss| !loss.is_finite()) {
             drop(grads);
             self.model = Some(model);
-            return Err(TrainerError::NonFiniteLoss {
-                step: self.state.step,
-                loss,
-            });
+            return Err(TrainerError::NonFiniteLoss { step: self.state.step, loss });
         }
 
         let optimizer_step = self.state.optimizer_step;
@@ -607,12 +598,7 @@ where
     /// the cosine mostly measures the optimizer's momentum (which carries the direction
     /// from before the block into this step), so nothing is steered by it; blocks are
     /// judged on their verified gain instead.
-    fn measure_if_due(
-        &mut self,
-        phase: Phase,
-        deltas: &ParamUpdates<B::InnerBackend>,
-        lr: f64,
-    ) -> Option<Alignment> {
+    fn measure_if_due(&mut self, phase: Phase, deltas: &ParamUpdates<B::InnerBackend>, lr: f64) -> Option<Alignment> {
         if !(phase == Phase::Correct && self.state.awaiting_calibration) {
             return None;
         }
@@ -623,10 +609,7 @@ where
         let predicted = self.predictor.predict(lr);
         let raw = params::alignment(deltas, &predicted)?;
         // Relative to what a predict step applies: scale · lr · m.
-        Some(Alignment {
-            cosine: raw.cosine,
-            norm_ratio: raw.norm_ratio / self.state.scale,
-        })
+        Some(Alignment { cosine: raw.cosine, norm_ratio: raw.norm_ratio / self.state.scale })
     }
 
     /// A predict step. The block's first step applies the whole block's predicted
@@ -684,13 +667,15 @@ where
             self.state.optimizer_step += 1;
             self.state.schedule.calibrate(&self.state.config, evidence(&verdict));
             self.state.awaiting_calibration = true;
-            tracing::debug!(step = self.state.step, before, after, steps, efficiency = verdict.efficiency, "predict block kept");
-            return Ok(StepOutcome {
-                loss: Some(after),
-                gain,
-                efficiency: verdict.efficiency,
-                ..coasting
-            });
+            tracing::debug!(
+                step = self.state.step,
+                before,
+                after,
+                steps,
+                efficiency = verdict.efficiency,
+                "predict block kept"
+            );
+            return Ok(StepOutcome { loss: Some(after), gain, efficiency: verdict.efficiency, ..coasting });
         }
         let reason = verdict.reason.unwrap_or(RollbackReason::NonFinite(after));
         self.state.schedule.rollback(&self.state.config);
@@ -703,13 +688,7 @@ where
         );
         self.model = Some(snapshot.restore::<B, M>(model));
         let full = self.full_step(Phase::Full, batches.into_iter())?;
-        Ok(StepOutcome {
-            rolled_back: true,
-            gain,
-            efficiency: verdict.efficiency,
-            ran_full: true,
-            ..full
-        })
+        Ok(StepOutcome { rolled_back: true, gain, efficiency: verdict.efficiency, ran_full: true, ..full })
     }
 
     /// The mean loss of `batches` on the inner model, in the compute precision.

@@ -37,12 +37,7 @@ impl LrSchedule {
     pub fn at(&self, optimizer_step: usize) -> f64 {
         match *self {
             LrSchedule::Constant { lr } => lr,
-            LrSchedule::WarmupCosine {
-                peak,
-                warmup_steps,
-                total_steps,
-                min_lr,
-            } => {
+            LrSchedule::WarmupCosine { peak, warmup_steps, total_steps, min_lr } => {
                 if optimizer_step < warmup_steps {
                     return peak * (optimizer_step + 1) as f64 / warmup_steps as f64;
                 }
@@ -79,12 +74,7 @@ impl LrSchedule {
         };
         match *self {
             LrSchedule::Constant { lr } => positive("lr", lr),
-            LrSchedule::WarmupCosine {
-                peak,
-                warmup_steps,
-                total_steps,
-                min_lr,
-            } => {
+            LrSchedule::WarmupCosine { peak, warmup_steps, total_steps, min_lr } => {
                 positive("peak", peak)?;
                 if !(min_lr.is_finite() && (0.0..=peak).contains(&min_lr)) {
                     return Err(ConfigError::MinLr { min_lr, peak });
@@ -93,10 +83,7 @@ impl LrSchedule {
                     return Err(ConfigError::TotalSteps(total_steps));
                 }
                 if warmup_steps > total_steps {
-                    return Err(ConfigError::LrWarmup {
-                        warmup_steps,
-                        total_steps,
-                    });
+                    return Err(ConfigError::LrWarmup { warmup_steps, total_steps });
                 }
                 Ok(())
             }
@@ -121,12 +108,7 @@ mod tests {
 
     #[test]
     fn warmup_is_linear_up_to_the_peak() {
-        let schedule = LrSchedule::WarmupCosine {
-            peak: 1.0,
-            warmup_steps: 4,
-            total_steps: 14,
-            min_lr: 0.1,
-        };
+        let schedule = LrSchedule::WarmupCosine { peak: 1.0, warmup_steps: 4, total_steps: 14, min_lr: 0.1 };
         assert!(close(schedule.at(0), 0.25));
         assert!(close(schedule.at(1), 0.5));
         assert!(close(schedule.at(3), 1.0));
@@ -136,12 +118,7 @@ mod tests {
 
     #[test]
     fn cosine_decays_to_the_floor_and_stays_there() {
-        let schedule = LrSchedule::WarmupCosine {
-            peak: 1.0,
-            warmup_steps: 4,
-            total_steps: 14,
-            min_lr: 0.1,
-        };
+        let schedule = LrSchedule::WarmupCosine { peak: 1.0, warmup_steps: 4, total_steps: 14, min_lr: 0.1 };
         // Half way through the decay: the mean of peak and floor.
         assert!(close(schedule.at(9), 0.55));
         assert!(close(schedule.at(14), 0.1));
@@ -156,24 +133,14 @@ mod tests {
 
     #[test]
     fn no_warmup_starts_at_the_peak() {
-        let schedule = LrSchedule::WarmupCosine {
-            peak: 2.0,
-            warmup_steps: 0,
-            total_steps: 10,
-            min_lr: 0.0,
-        };
+        let schedule = LrSchedule::WarmupCosine { peak: 2.0, warmup_steps: 0, total_steps: 10, min_lr: 0.0 };
         assert!(close(schedule.at(0), 2.0));
         assert!(close(schedule.at(10), 0.0));
     }
 
     #[test]
     fn warmup_as_long_as_the_schedule_drops_to_the_floor() {
-        let schedule = LrSchedule::WarmupCosine {
-            peak: 1.0,
-            warmup_steps: 5,
-            total_steps: 5,
-            min_lr: 0.2,
-        };
+        let schedule = LrSchedule::WarmupCosine { peak: 1.0, warmup_steps: 5, total_steps: 5, min_lr: 0.2 };
         assert!(close(schedule.at(4), 1.0));
         assert!(close(schedule.at(5), 0.2));
     }
@@ -183,78 +150,32 @@ mod tests {
         assert_eq!(LrSchedule::Constant { lr: 1e-3 }.validate(), Ok(()));
         assert_eq!(
             LrSchedule::Constant { lr: 0.0 }.validate(),
-            Err(ConfigError::LearningRate {
-                field: "lr",
-                value: 0.0
-            })
+            Err(ConfigError::LearningRate { field: "lr", value: 0.0 })
         );
         assert!(LrSchedule::Constant { lr: f64::NAN }.validate().is_err());
-        let good = LrSchedule::WarmupCosine {
-            peak: 1e-3,
-            warmup_steps: 10,
-            total_steps: 100,
-            min_lr: 1e-5,
-        };
+        let good = LrSchedule::WarmupCosine { peak: 1e-3, warmup_steps: 10, total_steps: 100, min_lr: 1e-5 };
         assert_eq!(good.validate(), Ok(()));
         assert_eq!(
-            LrSchedule::WarmupCosine {
-                peak: -1.0,
-                warmup_steps: 0,
-                total_steps: 1,
-                min_lr: 0.0
-            }
-            .validate(),
-            Err(ConfigError::LearningRate {
-                field: "peak",
-                value: -1.0
-            })
+            LrSchedule::WarmupCosine { peak: -1.0, warmup_steps: 0, total_steps: 1, min_lr: 0.0 }.validate(),
+            Err(ConfigError::LearningRate { field: "peak", value: -1.0 })
         );
         assert_eq!(
-            LrSchedule::WarmupCosine {
-                peak: 1.0,
-                warmup_steps: 0,
-                total_steps: 1,
-                min_lr: 2.0
-            }
-            .validate(),
-            Err(ConfigError::MinLr {
-                min_lr: 2.0,
-                peak: 1.0
-            })
+            LrSchedule::WarmupCosine { peak: 1.0, warmup_steps: 0, total_steps: 1, min_lr: 2.0 }.validate(),
+            Err(ConfigError::MinLr { min_lr: 2.0, peak: 1.0 })
         );
         assert_eq!(
-            LrSchedule::WarmupCosine {
-                peak: 1.0,
-                warmup_steps: 0,
-                total_steps: 0,
-                min_lr: 0.0
-            }
-            .validate(),
+            LrSchedule::WarmupCosine { peak: 1.0, warmup_steps: 0, total_steps: 0, min_lr: 0.0 }.validate(),
             Err(ConfigError::TotalSteps(0))
         );
         assert_eq!(
-            LrSchedule::WarmupCosine {
-                peak: 1.0,
-                warmup_steps: 11,
-                total_steps: 10,
-                min_lr: 0.0
-            }
-            .validate(),
-            Err(ConfigError::LrWarmup {
-                warmup_steps: 11,
-                total_steps: 10
-            })
+            LrSchedule::WarmupCosine { peak: 1.0, warmup_steps: 11, total_steps: 10, min_lr: 0.0 }.validate(),
+            Err(ConfigError::LrWarmup { warmup_steps: 11, total_steps: 10 })
         );
     }
 
     #[test]
     fn round_trips_through_json() {
-        let schedule = LrSchedule::WarmupCosine {
-            peak: 6e-4,
-            warmup_steps: 100,
-            total_steps: 5000,
-            min_lr: 6e-5,
-        };
+        let schedule = LrSchedule::WarmupCosine { peak: 6e-4, warmup_steps: 100, total_steps: 5000, min_lr: 6e-5 };
         let json = serde_json::to_string(&schedule).expect("serialise");
         assert!(json.contains("warmup_cosine"), "{json}");
         let back: LrSchedule = serde_json::from_str(&json).expect("deserialise");

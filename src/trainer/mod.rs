@@ -49,6 +49,7 @@
 //! through an example.
 
 mod accumulation;
+mod checkpoint;
 mod config;
 mod error;
 mod execution;
@@ -56,18 +57,17 @@ mod hybrid;
 mod loss_window;
 mod lr;
 mod params;
-mod checkpoint;
+mod precision;
 mod predict;
 mod records;
-mod precision;
 mod step;
 
-#[cfg(test)]
-mod tests;
 #[cfg(test)]
 mod execution_tests;
 #[cfg(test)]
 mod precision_tests;
+#[cfg(test)]
+mod tests;
 
 // The public surface: what a caller builds, configures, reads and implements.
 pub use config::{ConfigError, HybridConfig, PredictorPrecision, SnapshotStore};
@@ -76,8 +76,8 @@ pub use execution::{ExecutionConfig, TrimPolicy};
 pub use hybrid::HybridTrainer;
 pub use lr::LrSchedule;
 pub use params::ParamUpdates;
-pub use predict::phase::Phase;
 pub use precision::{LossScaleConfig, LossScaler, Precision, PrecisionConfig};
+pub use predict::phase::Phase;
 pub use predict::predictor::UpdatePredictor;
 pub use records::record::StepRecord;
 pub use records::statistics::TrainerStatistics;

@@ -52,10 +52,7 @@ impl<B: Backend> ParamTensors<B> {
 
     /// Device bytes the tensors occupy.
     pub fn bytes(&self) -> usize {
-        self.params
-            .values()
-            .map(|param| tensor_bytes(&param.tensor))
-            .sum()
+        self.params.values().map(|param| tensor_bytes(&param.tensor)).sum()
     }
 }
 
@@ -88,13 +85,7 @@ impl<B: Backend> ModuleVisitor<B> for Collector<B> {
             return;
         }
         let shape = tensor.dims().to_vec();
-        self.params.insert(
-            param.id,
-            FlatParam {
-                tensor: tensor.reshape([numel]),
-                shape,
-            },
-        );
+        self.params.insert(param.id, FlatParam { tensor: tensor.reshape([numel]), shape });
     }
 }
 
@@ -103,20 +94,13 @@ impl<B: Backend> ModuleVisitor<B> for Collector<B> {
 /// No data moves: the tensors share the module's buffers, and holding them keeps those
 /// buffers alive after the module itself has been updated.
 pub fn collect<B: Backend, M: Module<B>>(module: &M) -> ParamTensors<B> {
-    let mut collector = Collector {
-        params: BTreeMap::new(),
-    };
+    let mut collector = Collector { params: BTreeMap::new() };
     module.visit(&mut collector);
-    ParamTensors {
-        params: collector.params,
-    }
+    ParamTensors { params: collector.params }
 }
 
 /// `after − before` for every parameter present in both with the same size.
-pub fn differences<B: Backend>(
-    after: &ParamTensors<B>,
-    before: &ParamTensors<B>,
-) -> ParamUpdates<B> {
+pub fn differences<B: Backend>(after: &ParamTensors<B>, before: &ParamTensors<B>) -> ParamUpdates<B> {
     after
         .iter()
         .filter_map(|(id, new)| {
@@ -147,11 +131,7 @@ impl<B: AutodiffBackend> ModuleMapper<B> for UpdateMapper<'_, B> {
         }
         let require_grad = tensor.is_require_grad();
         let weights = tensor.inner();
-        let step = update
-            .clone()
-            .cast(dtype)
-            .reshape::<D, _>(shape)
-            .mul_scalar(self.scale);
+        let step = update.clone().cast(dtype).reshape::<D, _>(shape).mul_scalar(self.scale);
         // A fresh leaf, exactly as Burn's optimizers produce it: no graph is recorded.
         let updated = Tensor::<B, D>::from_inner(weights + step).set_require_grad(require_grad);
         Param::from_mapped_value(id, updated, mapper)
@@ -186,10 +166,7 @@ pub struct Alignment {
 ///
 /// All partial sums are reduced on the device and read back in one transfer (one host
 /// sync). `None` when nothing is shared or either side is zero.
-pub fn alignment<B: Backend>(
-    actual: &ParamUpdates<B>,
-    predicted: &ParamUpdates<B>,
-) -> Option<Alignment> {
+pub fn alignment<B: Backend>(actual: &ParamUpdates<B>, predicted: &ParamUpdates<B>) -> Option<Alignment> {
     let mut sums: Option<[Tensor<B, 1>; 3]> = None;
     for (id, a) in actual {
         let Some(p) = predicted.get(id) else { continue };
@@ -199,11 +176,7 @@ pub fn alignment<B: Backend>(
         // Sums of squares overflow half precision long before they lose meaning.
         let a = a.clone().cast(FloatDType::F32);
         let p = p.clone().cast(FloatDType::F32);
-        let terms = [
-            (a.clone() * p.clone()).sum(),
-            (a.clone() * a).sum(),
-            (p.clone() * p).sum(),
-        ];
+        let terms = [(a.clone() * p.clone()).sum(), (a.clone() * a).sum(), (p.clone() * p).sum()];
         sums = Some(match sums {
             None => terms,
             Some([dot, aa, pp]) => {
@@ -212,10 +185,7 @@ pub fn alignment<B: Backend>(
             }
         });
     }
-    let values: Vec<f64> = Tensor::cat(Vec::from(sums?), 0)
-        .into_data()
-        .iter::<f64>()
-        .collect();
+    let values: Vec<f64> = Tensor::cat(Vec::from(sums?), 0).into_data().iter::<f64>().collect();
     let [dot, aa, pp] = values.as_slice() else {
         return None;
     };
@@ -232,9 +202,9 @@ pub fn alignment<B: Backend>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use burn::module::AutodiffModule;
     use burn::backend::ndarray::NdArrayDevice;
     use burn::backend::{Autodiff, NdArray};
+    use burn::module::AutodiffModule;
     use burn::nn::{Linear, LinearConfig};
     use burn::tensor::TensorData;
 
@@ -267,10 +237,7 @@ mod tests {
         let before = collect(&model.valid());
         let id = model.weight.id;
         let mut updates = ParamUpdates::<Inner>::new();
-        updates.insert(
-            id,
-            Tensor::from_data(TensorData::new(vec![1.0f32; 6], [6]), &device),
-        );
+        updates.insert(id, Tensor::from_data(TensorData::new(vec![1.0f32; 6], [6]), &device));
         let updated = apply_update(model.clone(), &updates, 0.5);
 
         assert_eq!(updated.weight.id, id);
@@ -301,10 +268,7 @@ mod tests {
         let deltas = differences(&after, &before);
         assert_eq!(deltas.len(), 2);
         for (id, delta) in &deltas {
-            let expected: Vec<f32> = values(updates[id].clone())
-                .iter()
-                .map(|v| v * 2.0)
-                .collect();
+            let expected: Vec<f32> = values(updates[id].clone()).iter().map(|v| v * 2.0).collect();
             for (d, e) in values(delta.clone()).iter().zip(&expected) {
                 assert!((d - e).abs() < 1e-5, "{d} vs {e}");
             }
@@ -329,11 +293,7 @@ mod tests {
         assert!((same.norm_ratio - 2.0).abs() < 1e-6);
         let opposite = alignment(&actual, &map(vec![-1.0, -2.0], vec![-2.0])).expect("aligned");
         assert!((opposite.cosine + 1.0).abs() < 1e-6);
-        let orthogonal = alignment(
-            &map(vec![1.0, 0.0], vec![0.0]),
-            &map(vec![0.0, 1.0], vec![0.0]),
-        )
-        .expect("aligned");
+        let orthogonal = alignment(&map(vec![1.0, 0.0], vec![0.0]), &map(vec![0.0, 1.0], vec![0.0])).expect("aligned");
         assert!(orthogonal.cosine.abs() < 1e-6);
         assert_eq!(alignment(&actual, &map(vec![0.0, 0.0], vec![0.0])), None);
         assert_eq!(alignment(&actual, &ParamUpdates::new()), None);

@@ -77,7 +77,8 @@ fn hybrid_steps_run_with_loss_scaling() {
 #[test]
 fn a_precision_the_backend_lacks_is_refused_by_name() {
     for precision in [Precision::F16, Precision::Bf16] {
-        let error = sgd_trainer(config()).with_precision(PrecisionConfig::new(precision)).err().expect("ndarray is f32 only");
+        let error =
+            sgd_trainer(config()).with_precision(PrecisionConfig::new(precision)).err().expect("ndarray is f32 only");
         assert!(matches!(error, TrainerError::UnsupportedPrecision { .. }), "{error}");
         assert!(error.to_string().contains(precision.name()), "{error}");
     }

@@ -10,8 +10,7 @@ use burn::module::AutodiffModule;
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{FloatDType, Int, Tensor};
 use burn::train::{
-    ClassificationOutput, InferenceStep, MultiLabelClassificationOutput, RegressionOutput,
-    SequenceOutput, TrainStep,
+    ClassificationOutput, InferenceStep, MultiLabelClassificationOutput, RegressionOutput, SequenceOutput, TrainStep,
 };
 
 /// A model the trainer can train on batches `T`: Burn's [`TrainStep`] on the autodiff

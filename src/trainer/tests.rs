@@ -10,8 +10,8 @@ use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Tensor, TensorData};
 use burn::train::{InferenceStep, RegressionOutput, TrainOutput, TrainStep};
 
-use super::*;
 use super::params::collect;
+use super::*;
 
 pub(super) type Train = Autodiff<NdArray>;
 pub(super) type Batch = (Tensor<Train, 2>, Tensor<Train, 2>);
@@ -27,19 +27,13 @@ pub(super) struct Regressor<B: Backend> {
 
 impl<B: Backend> Regressor<B> {
     fn new(device: &B::Device) -> Self {
-        Self {
-            linear: LinearConfig::new(FEATURES, 1).init(device),
-        }
+        Self { linear: LinearConfig::new(FEATURES, 1).init(device) }
     }
 
     fn forward(&self, (inputs, targets): (Tensor<B, 2>, Tensor<B, 2>)) -> RegressionOutput<B> {
         let output = self.linear.forward(inputs);
         let loss = MseLoss::new().forward(output.clone(), targets.clone(), Reduction::Mean);
-        RegressionOutput {
-            loss,
-            output,
-            targets,
-        }
+        RegressionOutput { loss, output, targets }
     }
 }
 
@@ -72,13 +66,9 @@ impl<B: Backend> InferenceStep for Regressor<B> {
 
 /// A deterministic batch of `y = 0.5·x0 − x1 + 0.25·x2 + 2·x3 + 0.1`, different per step.
 pub(super) fn batch(step: usize) -> Batch {
-    let inputs: Vec<f32> = (0..ROWS * FEATURES)
-        .map(|i| ((i * 37 + step * 53) % 101) as f32 / 50.0 - 1.0)
-        .collect();
-    let targets: Vec<f32> = inputs
-        .chunks(FEATURES)
-        .map(|x| 0.5 * x[0] - x[1] + 0.25 * x[2] + 2.0 * x[3] + 0.1)
-        .collect();
+    let inputs: Vec<f32> = (0..ROWS * FEATURES).map(|i| ((i * 37 + step * 53) % 101) as f32 / 50.0 - 1.0).collect();
+    let targets: Vec<f32> =
+        inputs.chunks(FEATURES).map(|x| 0.5 * x[0] - x[1] + 0.25 * x[2] + 2.0 * x[3] + 0.1).collect();
     (
         Tensor::from_data(TensorData::new(inputs, [ROWS, FEATURES]), &DEVICE),
         Tensor::from_data(TensorData::new(targets, [ROWS, 1]), &DEVICE),
@@ -108,12 +98,7 @@ pub(super) fn config() -> HybridConfig {
 /// A trainer on a fresh regressor with plain SGD at a constant rate of 0.05.
 pub(super) fn sgd_trainer(
     config: HybridConfig,
-) -> HybridTrainer<
-    Train,
-    Regressor<Train>,
-    impl burn::optim::Optimizer<Regressor<Train>, Train>,
-    Batch,
-> {
+) -> HybridTrainer<Train, Regressor<Train>, impl burn::optim::Optimizer<Regressor<Train>, Train>, Batch> {
     HybridTrainer::new(
         Regressor::<Train>::new(&DEVICE),
         SgdConfig::new().init(),
@@ -126,10 +111,7 @@ pub(super) fn sgd_trainer(
 
 pub(super) fn weights<B: AutodiffBackend>(model: &Regressor<B>) -> Vec<TensorData> {
     let bias = model.linear.bias.as_ref().expect("bias");
-    vec![
-        model.linear.weight.val().inner().into_data(),
-        bias.val().inner().into_data(),
-    ]
+    vec![model.linear.weight.val().inner().into_data(), bias.val().inner().into_data()]
 }
 
 fn scratch(name: &str) -> std::path::PathBuf {
@@ -149,13 +131,7 @@ fn runs_the_phase_cycle_and_predicted_steps_move_the_weights() {
         let after = weights(trainer.model());
         // The block's first step jumps by the whole block's prediction; its second runs
         // nothing.
-        assert_eq!(
-            before != after,
-            step != 4,
-            "step {step} ({}): weights moved {}",
-            record.phase,
-            before != after
-        );
+        assert_eq!(before != after, step != 4, "step {step} ({}): weights moved {}", record.phase, before != after);
         assert!(trainer.model().linear.weight.val().is_require_grad());
         records.push(record);
     }
@@ -196,21 +172,14 @@ fn a_block_jumps_by_exactly_scale_times_its_summed_prediction() {
     let scale = trainer.scale();
     let prediction = trainer.predictor().predict(rates);
     let before = collect(&trainer.model().valid());
-    assert_eq!(
-        prediction.len(),
-        before.len(),
-        "one predicted tensor per parameter"
-    );
+    assert_eq!(prediction.len(), before.len(), "one predicted tensor per parameter");
 
     let record = trainer.step(batch(3)).expect("predicted step");
     assert!(record.predicted && !record.rolled_back);
     let after = collect(&trainer.model().valid());
     for (id, old) in before.iter() {
         let update = prediction[id].clone();
-        assert!(
-            update.clone().abs().sum().into_scalar() > 0.0,
-            "a zero prediction proves nothing"
-        );
+        assert!(update.clone().abs().sum().into_scalar() > 0.0, "a zero prediction proves nothing");
         let expected = old.tensor.clone() + update.mul_scalar(scale);
         let got = after.get(id).expect("parameter kept its id").tensor.clone();
         assert_eq!(got.into_data(), expected.into_data(), "parameter {id}");
@@ -220,23 +189,13 @@ fn a_block_jumps_by_exactly_scale_times_its_summed_prediction() {
 #[test]
 fn a_prediction_that_makes_the_loss_worse_is_rolled_back_and_the_step_trains_instead() {
     // A scale of 10⁴ turns a sensible update into a wild one.
-    let mut trainer = sgd_trainer(
-        config()
-            .with_initial_scale(1e4)
-            .with_max_scale(1e4)
-            .with_min_gain(0.25),
-    );
+    let mut trainer = sgd_trainer(config().with_initial_scale(1e4).with_max_scale(1e4).with_min_gain(0.25));
     for step in 0..3 {
         trainer.step(batch(step)).expect("warmup step");
     }
     assert_eq!(trainer.phase(), Phase::Predict);
-    let record = trainer
-        .step(batch(3))
-        .expect("a rejected step is not an error");
-    assert!(
-        record.rolled_back && !record.predicted && record.phase == Phase::Full,
-        "{record:?}"
-    );
+    let record = trainer.step(batch(3)).expect("a rejected step is not an error");
+    assert!(record.rolled_back && !record.predicted && record.phase == Phase::Full, "{record:?}");
     assert!(record.loss.is_some_and(f64::is_finite));
     assert!(record.gain.is_some_and(|gain| gain < 0.0), "{:?}", record.gain);
     assert_eq!(trainer.phase(), Phase::Full);
@@ -268,10 +227,7 @@ fn a_non_finite_full_loss_is_refused_and_changes_nothing() {
     let mut trainer = sgd_trainer(config());
     let before = weights(trainer.model());
     let err = trainer.step(poisoned_batch()).expect_err("NaN loss");
-    assert!(
-        matches!(err, TrainerError::NonFiniteLoss { step: 0, .. }),
-        "{err}"
-    );
+    assert!(matches!(err, TrainerError::NonFiniteLoss { step: 0, .. }), "{err}");
     assert_eq!(weights(trainer.model()), before);
     assert_eq!(trainer.steps_taken(), 0);
     assert_eq!(trainer.optimizer_step(), 0);
@@ -295,11 +251,7 @@ fn a_non_finite_probe_rolls_back_bit_for_bit_and_is_refused_like_a_full_step() {
         // then trains on the batch as a full step, whose NaN loss is refused.
         let err = trainer.step(poisoned_batch()).expect_err("a NaN loss");
         assert!(matches!(err, TrainerError::NonFiniteLoss { step: 3, .. }), "{store:?}: {err}");
-        assert_eq!(
-            weights(trainer.model()),
-            block_start,
-            "{store:?}: not restored exactly"
-        );
+        assert_eq!(weights(trainer.model()), block_start, "{store:?}: not restored exactly");
         assert!(trainer.model().linear.weight.val().is_require_grad());
         assert_eq!(trainer.phase(), Phase::Full);
         assert_eq!(trainer.horizon(), 1);
@@ -331,10 +283,8 @@ fn a_rolled_back_block_is_exactly_a_full_step() {
     // Control of the control: a trainer that keeps the same wild jump.
     let mut kept = adam(config().with_initial_scale(1e4).with_min_scale(1e4).with_max_scale(1e4));
     for other in [&mut control, &mut kept] {
-        other.model = Some(Module::load_record(
-            Regressor::<Train>::new(&DEVICE),
-            trainer.model().clone().into_record(),
-        ));
+        other.model =
+            Some(Module::load_record(Regressor::<Train>::new(&DEVICE), trainer.model().clone().into_record()));
     }
     for step in 0..3 {
         trainer.step(batch(step)).expect("warmup step");
@@ -427,12 +377,7 @@ fn resumes_from_a_checkpoint_exactly() {
             Regressor::<Train>::new(&DEVICE),
             AdamConfig::new().init(),
             config(),
-            LrSchedule::WarmupCosine {
-                peak: 0.05,
-                warmup_steps: 2,
-                total_steps: 40,
-                min_lr: 0.005,
-            },
+            LrSchedule::WarmupCosine { peak: 0.05, warmup_steps: 2, total_steps: 40, min_lr: 0.005 },
             DEVICE,
         )
         .expect("valid configuration")
@@ -446,13 +391,8 @@ fn resumes_from_a_checkpoint_exactly() {
     let saved = original.save_checkpoint(&dir).expect("save");
     assert!(saved.ends_with(format!("ckpt-{step:08}")));
 
-    let mut resumed = HybridTrainer::resume(
-        Regressor::<Train>::new(&DEVICE),
-        AdamConfig::new().init(),
-        &dir,
-        DEVICE,
-    )
-    .expect("resume");
+    let mut resumed = HybridTrainer::resume(Regressor::<Train>::new(&DEVICE), AdamConfig::new().init(), &dir, DEVICE)
+        .expect("resume");
     assert_eq!(resumed.steps_taken(), original.steps_taken());
     assert_eq!(resumed.phase(), original.phase());
     assert_eq!(resumed.state(), original.state());
@@ -465,11 +405,7 @@ fn resumes_from_a_checkpoint_exactly() {
         assert_eq!(a.rolled_back, b.rolled_back);
         assert_eq!(a.loss.is_some(), b.loss.is_some(), "step {}", a.step);
         if let (Some(a_loss), Some(b_loss)) = (a.loss, b.loss) {
-            assert!(
-                (a_loss - b_loss).abs() <= 1e-6 * a_loss.abs().max(1.0),
-                "step {}: {a_loss} vs {b_loss}",
-                a.step,
-            );
+            assert!((a_loss - b_loss).abs() <= 1e-6 * a_loss.abs().max(1.0), "step {}: {a_loss} vs {b_loss}", a.step,);
         }
     }
     let _ = std::fs::remove_dir_all(&dir);
@@ -479,9 +415,7 @@ fn resumes_from_a_checkpoint_exactly() {
 fn writes_one_json_line_per_step() {
     let dir = scratch("metrics");
     let path = dir.join("steps.jsonl");
-    let mut trainer = sgd_trainer(config())
-        .with_metrics(&path)
-        .expect("metrics file");
+    let mut trainer = sgd_trainer(config()).with_metrics(&path).expect("metrics file");
     trainer.run((0..).map(batch), 7, |_| {}).expect("run");
     let lines: Vec<StepRecord> = std::fs::read_to_string(&path)
         .expect("read")
@@ -489,10 +423,7 @@ fn writes_one_json_line_per_step() {
         .map(|line| serde_json::from_str(line).expect("a record"))
         .collect();
     assert_eq!(lines.len(), 7);
-    assert_eq!(
-        lines.iter().map(|r| r.step).collect::<Vec<_>>(),
-        (0..7).collect::<Vec<_>>()
-    );
+    assert_eq!(lines.iter().map(|r| r.step).collect::<Vec<_>>(), (0..7).collect::<Vec<_>>());
     assert!(lines[3].predicted);
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -506,10 +437,7 @@ fn rejects_an_invalid_configuration() {
         LrSchedule::Constant { lr: 0.05 },
         DEVICE,
     );
-    assert!(matches!(
-        result,
-        Err(TrainerError::Config(ConfigError::WarmupSteps(0)))
-    ));
+    assert!(matches!(result, Err(TrainerError::Config(ConfigError::WarmupSteps(0)))));
     let result = HybridTrainer::new(
         Regressor::<Train>::new(&DEVICE),
         SgdConfig::new().init(),
@@ -517,8 +445,5 @@ fn rejects_an_invalid_configuration() {
         LrSchedule::Constant { lr: -1.0 },
         DEVICE,
     );
-    assert!(matches!(
-        result,
-        Err(TrainerError::Config(ConfigError::LearningRate { .. }))
-    ));
+    assert!(matches!(result, Err(TrainerError::Config(ConfigError::LearningRate { .. }))));
 }

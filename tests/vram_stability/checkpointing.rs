@@ -43,7 +43,8 @@ where
 {
     let model = Gpt2::<B>::from_inner(start.clone()).map(&mut Trainable);
     let batch = batch.to_device::<Wgpu>(device);
-    let (inputs, targets) = (Tensor::<B, 2, Int>::from_inner(batch.inputs), Tensor::<B, 2, Int>::from_inner(batch.targets));
+    let (inputs, targets) =
+        (Tensor::<B, 2, Int>::from_inner(batch.inputs), Tensor::<B, 2, Int>::from_inner(batch.targets));
     trim::<Wgpu>(device);
     let before = reserved(device);
     let grads = GradientsParams::from_grads(model.loss(inputs, targets).backward(), &model);
@@ -72,7 +73,8 @@ fn balanced_checkpointing_gives_the_same_update_and_holds_less() {
     let start = leanburn::model::materialize(config.init::<Wgpu>(&device));
     let initial = parameters(&start);
     let (plain, plain_params) = one_step::<Autodiff<Wgpu, NoCheckpointing>>(&start, &batch, &device);
-    let (checkpointed, checkpointed_params) = one_step::<Autodiff<Wgpu, BalancedCheckpointing>>(&start, &batch, &device);
+    let (checkpointed, checkpointed_params) =
+        one_step::<Autodiff<Wgpu, BalancedCheckpointing>>(&start, &batch, &device);
     println!(
         "reserve rise over forward and backward: plain {}, balanced checkpointing {} ({:.0}% less)",
         format_bytes(plain as f64),
@@ -90,8 +92,5 @@ fn balanced_checkpointing_gives_the_same_update_and_holds_less() {
     assert_eq!(plain_params.len(), checkpointed_params.len());
     assert!(worst <= 1e-4, "checkpointing changed the update: worst relative difference {worst}");
     // Measured 31% less on llvmpipe; an eighth is well clear of the pool's page sizes.
-    assert!(
-        checkpointed <= plain - plain / 8,
-        "checkpointing needed {checkpointed} B, the plain graph {plain} B"
-    );
+    assert!(checkpointed <= plain - plain / 8, "checkpointing needed {checkpointed} B, the plain graph {plain} B");
 }

@@ -3,8 +3,6 @@
 //! one batch per step never holds more than that batch. Measured on wgpu (llvmpipe in CI),
 //! with a control that keeps every batch and is caught.
 
-
-
 use std::path::Path;
 
 type Wgpu = burn::backend::Wgpu<f32, i32>;
@@ -50,9 +48,8 @@ fn the_dataset_stays_on_the_host_and_only_one_batch_is_on_the_device() {
     assert_eq!(after, baseline, "dropped batches must leave nothing behind");
 
     // Control: a loop that keeps its batches is caught by the same bound.
-    let kept: Vec<_> = (0..5)
-        .map(|_| sampler.sample(data.train(), Split::Train).unwrap().into_device::<Wgpu>(&device))
-        .collect();
+    let kept: Vec<_> =
+        (0..5).map(|_| sampler.sample(data.train(), Split::Train).unwrap().into_device::<Wgpu>(&device)).collect();
     let held = in_use(&device) - baseline;
     assert!(held > ONE_BATCH_BYTES, "the control should exceed one batch: {held} B");
     drop(kept);

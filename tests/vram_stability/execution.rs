@@ -33,10 +33,16 @@ fn reserved(device: &Device) -> u64 {
 fn run(device: &Device, batch: usize, execution: ExecutionConfig) -> (u64, TrainerStatistics) {
     let model: ConvClassifier<LeanWgpu> =
         ConvClassifierConfig::new().with_widths(vec![8, 16]).with_classes(SHAPE_CLASSES).init(device);
-    let mut trainer = HybridTrainer::new(model, SgdConfig::new().init(), HybridConfig::all_full(), LrSchedule::Constant { lr: 1e-2 }, device.clone())
-        .expect("valid configuration")
-        .with_execution(execution)
-        .expect("valid execution");
+    let mut trainer = HybridTrainer::new(
+        model,
+        SgdConfig::new().init(),
+        HybridConfig::all_full(),
+        LrSchedule::Constant { lr: 1e-2 },
+        device.clone(),
+    )
+    .expect("valid configuration")
+    .with_execution(execution)
+    .expect("valid execution");
     let mut sampler = ShapeSampler::new(RESOLUTION, batch, 5).expect("valid sampler");
     trim::<LeanWgpu>(device);
     let before = reserved(device);
@@ -70,10 +76,7 @@ fn accumulation_keeps_the_peak_of_one_micro_batch() {
     // Accumulation adds one set of summed gradients (a few KiB here), which may open one
     // more page; holding a second micro-batch's activations would add a quarter of the
     // control's extra.
-    assert!(
-        accumulated <= micro + (large - micro) / 4,
-        "accumulation held more than one micro-batch's activations"
-    );
+    assert!(accumulated <= micro + (large - micro) / 4, "accumulation held more than one micro-batch's activations");
 }
 
 #[test]

@@ -3,13 +3,11 @@
 //! Each test asserts on measured `bytes_in_use`; the first is the control that shows the
 //! measurement catches the failure leanburn exists to prevent.
 
-
-
+use crate::common::{exclusive_device, image_batch, wgpu_device, CLASSES};
 use burn::backend::{Autodiff, Wgpu};
 use burn::module::AutodiffModule;
 use burn::optim::{AdamConfig, GradientsParams, Optimizer};
 use burn::prelude::*;
-use crate::common::{exclusive_device, image_batch, wgpu_device, CLASSES};
 use leanburn::memory::{LeakVerdict, MemoryMonitor, MemoryProbe};
 use leanburn::model::SmallCnnConfig;
 
@@ -105,7 +103,10 @@ fn gpt2_validation() -> Vec<leanburn::data::HostBatch> {
 }
 
 fn gpt2_config() -> leanburn::model::Gpt2Config {
-    leanburn::model::Gpt2Config { vocab_size: 512, ..leanburn::model::Gpt2Config::preset("gpt2-tiny").expect("a preset") }
+    leanburn::model::Gpt2Config {
+        vocab_size: 512,
+        ..leanburn::model::Gpt2Config::preset("gpt2-tiny").expect("a preset")
+    }
 }
 
 #[test]

@@ -45,10 +45,21 @@ fn mixed_phases() -> HybridConfig {
 
 fn cnn_trainer(
     device: &burn::backend::wgpu::WgpuDevice,
-) -> HybridTrainer<LeanWgpu, ConvClassifier<LeanWgpu>, impl burn::optim::Optimizer<ConvClassifier<LeanWgpu>, LeanWgpu>, (Tensor<LeanWgpu, 4>, Tensor<LeanWgpu, 1, Int>)> {
+) -> HybridTrainer<
+    LeanWgpu,
+    ConvClassifier<LeanWgpu>,
+    impl burn::optim::Optimizer<ConvClassifier<LeanWgpu>, LeanWgpu>,
+    (Tensor<LeanWgpu, 4>, Tensor<LeanWgpu, 1, Int>),
+> {
     let model = ConvClassifierConfig::new().with_widths(vec![8, 16]).with_classes(SHAPE_CLASSES).init(device);
-    HybridTrainer::new(model, AdamConfig::new().init(), mixed_phases(), LrSchedule::Constant { lr: 3e-3 }, device.clone())
-        .expect("valid configuration")
+    HybridTrainer::new(
+        model,
+        AdamConfig::new().init(),
+        mixed_phases(),
+        LrSchedule::Constant { lr: 3e-3 },
+        device.clone(),
+    )
+    .expect("valid configuration")
 }
 
 fn assert_every_phase_ran(soak: &Soak) {
@@ -64,7 +75,10 @@ fn assert_flat(soak: &Soak) {
     assert!(soak.late_peak <= soak.early_peak + PEAK_SLACK, "live memory rose: {soak}");
 }
 
-fn images(sampler: &mut ShapeSampler, device: &burn::backend::wgpu::WgpuDevice) -> (Tensor<LeanWgpu, 4>, Tensor<LeanWgpu, 1, Int>) {
+fn images(
+    sampler: &mut ShapeSampler,
+    device: &burn::backend::wgpu::WgpuDevice,
+) -> (Tensor<LeanWgpu, 4>, Tensor<LeanWgpu, 1, Int>) {
     let batch: ImageBatch = sampler.sample();
     batch.into_device::<LeanWgpu>(device)
 }
@@ -102,10 +116,21 @@ fn control_hybrid_cnn_keeping_one_tensor_per_step_grows() {
 /// 300 steps take seconds on llvmpipe rather than minutes.
 fn gpt2_trainer(
     device: &burn::backend::wgpu::WgpuDevice,
-) -> HybridTrainer<Gpt2Backend, Gpt2<Gpt2Backend>, impl burn::optim::Optimizer<Gpt2<Gpt2Backend>, Gpt2Backend>, TokenBatch<Gpt2Backend>> {
+) -> HybridTrainer<
+    Gpt2Backend,
+    Gpt2<Gpt2Backend>,
+    impl burn::optim::Optimizer<Gpt2<Gpt2Backend>, Gpt2Backend>,
+    TokenBatch<Gpt2Backend>,
+> {
     let config = Gpt2Config { vocab_size: 1024, ..Gpt2Config::preset("gpt2-tiny").expect("a preset") };
-    HybridTrainer::new(config.init(device), AdamConfig::new().init(), mixed_phases(), LrSchedule::Constant { lr: 1e-3 }, device.clone())
-        .expect("valid configuration")
+    HybridTrainer::new(
+        config.init(device),
+        AdamConfig::new().init(),
+        mixed_phases(),
+        LrSchedule::Constant { lr: 1e-3 },
+        device.clone(),
+    )
+    .expect("valid configuration")
 }
 
 fn token_stream() -> Vec<u32> {

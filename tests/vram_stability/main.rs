@@ -119,7 +119,11 @@ where
         // A predict block's later steps run nothing: no loss, no sync, no sample.
         let ran = record.loss.is_some();
         assert!(ran || record.predicted, "step {step}: a full step without its loss");
-        assert!(!ran || record.loss.is_some_and(f64::is_finite) || record.rolled_back, "step {step}: loss {:?}", record.loss);
+        assert!(
+            !ran || record.loss.is_some_and(f64::is_finite) || record.rolled_back,
+            "step {step}: loss {:?}",
+            record.loss
+        );
         if step >= settle && ran && !record.predicted {
             samples.push((step as u64, record.memory.expect("wgpu memory is readable").bytes_in_use));
         }

@@ -74,10 +74,16 @@ impl Gpt2Run {
 fn gpt2_run(precision: PrecisionConfig, device: &Device) -> Gpt2Run {
     <Gpt2Backend as Backend>::seed(device, 11);
     let model = leanburn::model::materialize(config().init::<Gpt2Backend>(device));
-    let mut trainer = HybridTrainer::new(model, AdamConfig::new().init(), HybridConfig::all_full(), LrSchedule::Constant { lr: 3e-3 }, device.clone())
-        .expect("valid configuration")
-        .with_precision(precision)
-        .expect("a supported precision");
+    let mut trainer = HybridTrainer::new(
+        model,
+        AdamConfig::new().init(),
+        HybridConfig::all_full(),
+        LrSchedule::Constant { lr: 3e-3 },
+        device.clone(),
+    )
+    .expect("valid configuration")
+    .with_precision(precision)
+    .expect("a supported precision");
     let tokens = tokens();
     let mut sampler = WindowSampler::new(4, 32, 5).expect("valid sampler");
     let (mut losses, mut overflows) = (Vec::new(), Vec::new());
@@ -119,7 +125,11 @@ fn f16_training_survives_an_injected_overflow_and_keeps_learning() {
         half.overflows, half.scale
     );
     assert!(half.overflows.first() == Some(&0), "the injected overflow was not caught: {:?}", half.overflows);
-    assert!(half.scale.is_some_and(|scale| scale <= 65_504.0), "the scale came down below f16's range: {:?}", half.scale);
+    assert!(
+        half.scale.is_some_and(|scale| scale <= 65_504.0),
+        "the scale came down below f16's range: {:?}",
+        half.scale
+    );
     assert_eq!(half.overflow_steps, half.overflows.len());
     assert!(half.master_in_f32, "the master weights must stay f32");
     assert!(full.overflows.is_empty() && full.scale.is_none());
@@ -139,10 +149,16 @@ fn the_f32_master_keeps_updates_that_f16_weights_would_round_away() {
     let (before, _) = parameters(&model);
     // Adam's first step moves every weight with a gradient by about lr = 1e-6, far below
     // f16's spacing near gpt2's weights (about 1.5e-5 at 0.02).
-    let mut trainer = HybridTrainer::new(model, AdamWConfig::new().with_weight_decay(0.0).init(), HybridConfig::all_full(), LrSchedule::Constant { lr: 1e-6 }, device.clone())
-        .expect("valid configuration")
-        .with_precision(PrecisionConfig::new(Precision::F16))
-        .expect("f16 on wgpu");
+    let mut trainer = HybridTrainer::new(
+        model,
+        AdamWConfig::new().with_weight_decay(0.0).init(),
+        HybridConfig::all_full(),
+        LrSchedule::Constant { lr: 1e-6 },
+        device.clone(),
+    )
+    .expect("valid configuration")
+    .with_precision(PrecisionConfig::new(Precision::F16))
+    .expect("f16 on wgpu");
     let batch = WindowSampler::new(8, 32, 1).expect("valid sampler").sample(&tokens(), Split::Train).expect("windows");
     let record = trainer.step(batch.into_device::<Gpt2Backend>(&device)).expect("a step");
     assert!(!record.overflow, "{record:?}");
@@ -159,7 +175,11 @@ fn the_f32_master_keeps_updates_that_f16_weights_would_round_away() {
         }
     }
     let (moved, moved_in_f16) = (moved as f64 / total as f64, moved_in_f16 as f64 / total as f64);
-    println!("after one step at lr 1e-6: {:.1}% of weights moved in the f32 master, {:.1}% would have in f16", 100.0 * moved, 100.0 * moved_in_f16);
+    println!(
+        "after one step at lr 1e-6: {:.1}% of weights moved in the f32 master, {:.1}% would have in f16",
+        100.0 * moved,
+        100.0 * moved_in_f16
+    );
     assert!(moved > 0.5, "the master weights must take the small update: {moved}");
     assert!(moved_in_f16 < moved / 2.0, "control: f16 weights would have kept most of it ({moved_in_f16} vs {moved})");
 }
@@ -167,11 +187,19 @@ fn the_f32_master_keeps_updates_that_f16_weights_would_round_away() {
 /// Losses of 20 full steps of the conv net on `Autodiff<Lean<Wgpu>>` from `start`, in
 /// `precision`, on the same batches.
 fn cnn_losses(start: &ConvClassifier<LeanWgpu>, precision: Precision, device: &Device) -> Vec<f64> {
-    let mut trainer = HybridTrainer::new(start.clone(), AdamConfig::new().init(), HybridConfig::all_full(), LrSchedule::Constant { lr: 3e-3 }, device.clone())
-        .expect("valid configuration")
-        // A modest loss scale: no step overflows, so the two runs stay step for step.
-        .with_precision(PrecisionConfig::new(precision).with_loss_scale(Some(LossScaleConfig::default().with_initial_scale(256.0))))
-        .expect("a supported precision");
+    let mut trainer = HybridTrainer::new(
+        start.clone(),
+        AdamConfig::new().init(),
+        HybridConfig::all_full(),
+        LrSchedule::Constant { lr: 3e-3 },
+        device.clone(),
+    )
+    .expect("valid configuration")
+    // A modest loss scale: no step overflows, so the two runs stay step for step.
+    .with_precision(
+        PrecisionConfig::new(precision).with_loss_scale(Some(LossScaleConfig::default().with_initial_scale(256.0))),
+    )
+    .expect("a supported precision");
     let mut sampler = ShapeSampler::new(16, 8, 7).expect("valid sampler");
     (0..20)
         .map(|step| {
@@ -190,7 +218,9 @@ fn mean(values: &[f64]) -> f64 {
 fn the_cnn_trains_in_f16_like_f32_through_leanburns_convolutions() {
     let _guard = exclusive_device();
     let device = wgpu_device();
-    let start = leanburn::model::materialize(ConvClassifierConfig::new().with_widths(vec![8, 16]).with_classes(SHAPE_CLASSES).init::<LeanWgpu>(&device));
+    let start = leanburn::model::materialize(
+        ConvClassifierConfig::new().with_widths(vec![8, 16]).with_classes(SHAPE_CLASSES).init::<LeanWgpu>(&device),
+    );
     let full = cnn_losses(&start, Precision::F32, &device);
     let half = cnn_losses(&start, Precision::F16, &device);
     println!("conv net losses, f32: {full:.3?}\nf16: {half:.3?}");
@@ -205,10 +235,16 @@ fn the_cnn_trains_in_f16_like_f32_through_leanburns_convolutions() {
 /// from a trimmed pool.
 fn step_rise(batch: &HostBatch, precision: Precision, device: &Device) -> u64 {
     let model = leanburn::model::materialize(wide_config().init::<Unfused>(device).with_loss_chunk(Some(256)));
-    let mut trainer = HybridTrainer::new(model, SgdConfig::new().init(), HybridConfig::all_full(), LrSchedule::Constant { lr: 1e-3 }, device.clone())
-        .expect("valid configuration")
-        .with_precision(PrecisionConfig::new(precision))
-        .expect("a supported precision");
+    let mut trainer = HybridTrainer::new(
+        model,
+        SgdConfig::new().init(),
+        HybridConfig::all_full(),
+        LrSchedule::Constant { lr: 1e-3 },
+        device.clone(),
+    )
+    .expect("valid configuration")
+    .with_precision(PrecisionConfig::new(precision))
+    .expect("a supported precision");
     let batch = batch.to_device::<Unfused>(device);
     trim::<Unfused>(device);
     let reserved = || Unfused::memory_sample(device).expect("wgpu memory").bytes_reserved;

@@ -3,13 +3,11 @@
 //! ops and the forward run on the autodiff model, as an earlier public attempt did)
 //! grows every step. Both are measured the same way, through the `LeakDetector`.
 
-
-
+use crate::common::{exclusive_device, image_batch, wgpu_device, CLASSES};
 use burn::backend::{Autodiff, Wgpu};
 use burn::module::{AutodiffModule, Module, ModuleMapper, Param};
 use burn::optim::SgdConfig;
 use burn::prelude::*;
-use crate::common::{exclusive_device, image_batch, wgpu_device, CLASSES};
 use leanburn::memory::{LeakDetector, LeakVerdict, MemoryProbe};
 use leanburn::model::{SmallCnn, SmallCnnConfig};
 use leanburn::trainer::{HybridConfig, HybridTrainer, LrSchedule, ParamUpdates, Phase};
@@ -37,7 +35,9 @@ fn config() -> HybridConfig {
         .with_min_gain(-1e9)
 }
 
-fn trainer(device: &burn::backend::wgpu::WgpuDevice) -> HybridTrainer<B, SmallCnn<B>, impl burn::optim::Optimizer<SmallCnn<B>, B>, (Tensor<B, 4>, Tensor<B, 1, Int>)> {
+fn trainer(
+    device: &burn::backend::wgpu::WgpuDevice,
+) -> HybridTrainer<B, SmallCnn<B>, impl burn::optim::Optimizer<SmallCnn<B>, B>, (Tensor<B, 4>, Tensor<B, 1, Int>)> {
     let model = SmallCnnConfig::new().with_classes(CLASSES).init::<B>(device);
     HybridTrainer::new(model, SgdConfig::new().init(), config(), LrSchedule::Constant { lr: 1e-2 }, device.clone())
         .expect("valid configuration")

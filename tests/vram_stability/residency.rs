@@ -25,7 +25,9 @@ const ALIGNMENT: u64 = 256;
 
 /// Trains until at least 25 steps are taken; returns
 /// the pool then (batch dropped), the trainer's statistics and the model's parameters.
-fn train_and_settle(device: &burn::backend::wgpu::WgpuDevice) -> (MemorySample, TrainerStatistics, ConvClassifier<LeanWgpu>) {
+fn train_and_settle(
+    device: &burn::backend::wgpu::WgpuDevice,
+) -> (MemorySample, TrainerStatistics, ConvClassifier<LeanWgpu>) {
     let model = ConvClassifierConfig::new().with_widths(WIDTHS.to_vec()).with_classes(SHAPE_CLASSES).init(device);
     let config = HybridConfig::default().with_warmup_steps(8).with_seed(1);
     let mut trainer =
@@ -80,7 +82,10 @@ fn control_a_cached_column_workspace_breaks_the_bound() {
     let (_, statistics, model) = train_and_settle(&device);
     // The first convolution's im2col matrix for one batch: [images·H·W, C_in·3·3].
     let columns = IMAGES * RESOLUTION * RESOLUTION * 3 * 9;
-    let cached = Tensor::<LeanWgpu, 2>::from_data(TensorData::new(vec![0f32; columns], [IMAGES * RESOLUTION * RESOLUTION, 27]), &device);
+    let cached = Tensor::<LeanWgpu, 2>::from_data(
+        TensorData::new(vec![0f32; columns], [IMAGES * RESOLUTION * RESOLUTION, 27]),
+        &device,
+    );
     let sample = LeanWgpu::memory_sample(&device).expect("wgpu memory is readable");
     let live = sample.bytes_in_use - baseline;
     let accounted = accounted_bytes(&model, &statistics);

@@ -36,9 +36,18 @@ fn rolling_back() -> HybridConfig {
 
 /// Runs 150 steps; returns the between-block `bytes_in_use` after each rollback's
 /// recovery and how many rollbacks there were. `leak` is called at each rollback.
-fn run_with_rollbacks(device: &burn::backend::wgpu::WgpuDevice, mut leak: impl FnMut(&ConvClassifier<LeanWgpu>)) -> (Vec<(u64, u64)>, usize) {
-    let mut trainer = HybridTrainer::new(model(device), AdamConfig::new().init(), rolling_back(), LrSchedule::Constant { lr: 3e-3 }, device.clone())
-        .expect("valid configuration");
+fn run_with_rollbacks(
+    device: &burn::backend::wgpu::WgpuDevice,
+    mut leak: impl FnMut(&ConvClassifier<LeanWgpu>),
+) -> (Vec<(u64, u64)>, usize) {
+    let mut trainer = HybridTrainer::new(
+        model(device),
+        AdamConfig::new().init(),
+        rolling_back(),
+        LrSchedule::Constant { lr: 3e-3 },
+        device.clone(),
+    )
+    .expect("valid configuration");
     let mut sampler = ShapeSampler::new(RESOLUTION, IMAGES, 8).expect("valid sampler");
     let mut samples = Vec::new();
     for step in 0..150 {
@@ -71,7 +80,9 @@ fn rollbacks_leave_nothing_behind() {
     let third = samples.len() / 3;
     let peak = |part: &[(u64, u64)]| part.iter().map(|s| s.1).max().unwrap_or(0);
     let (early, late) = (peak(&samples[..third]), peak(&samples[samples.len() - third..]));
-    println!("{rollbacks} rollbacks; {report}; between-block peak in use {early} B (first third), {late} B (last third)");
+    println!(
+        "{rollbacks} rollbacks; {report}; between-block peak in use {early} B (first third), {late} B (last third)"
+    );
     assert!(rollbacks >= 10, "the guard should have rolled back often: {rollbacks}");
     assert_eq!(report.verdict, LeakVerdict::Flat, "{report}");
     assert!(late <= early + FLAT_SLACK, "between-block memory rose from {early} B to {late} B");
@@ -94,12 +105,22 @@ fn control_keeping_the_rejected_weights_grows() {
 /// Trains to step 12 (between blocks), then `cycles` times: checkpoint, drop the trainer,
 /// resume a new one from disk, train 6 more steps. Returns
 /// `bytes_in_use` after each cycle; `leak` sees each dropped trainer's model.
-fn checkpoint_cycles(device: &burn::backend::wgpu::WgpuDevice, cycles: usize, mut leak: impl FnMut(ConvClassifier<LeanWgpu>)) -> Vec<(u64, u64)> {
+fn checkpoint_cycles(
+    device: &burn::backend::wgpu::WgpuDevice,
+    cycles: usize,
+    mut leak: impl FnMut(ConvClassifier<LeanWgpu>),
+) -> Vec<(u64, u64)> {
     let dir = std::env::temp_dir().join(format!("leanburn-vram-resume-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let config = HybridConfig::default().with_warmup_steps(4).with_seed(5);
-    let mut trainer = HybridTrainer::new(model(device), AdamConfig::new().init(), config, LrSchedule::Constant { lr: 3e-3 }, device.clone())
-        .expect("valid configuration");
+    let mut trainer = HybridTrainer::new(
+        model(device),
+        AdamConfig::new().init(),
+        config,
+        LrSchedule::Constant { lr: 3e-3 },
+        device.clone(),
+    )
+    .expect("valid configuration");
     let mut sampler = ShapeSampler::new(RESOLUTION, IMAGES, 9).expect("valid sampler");
     let mut samples = Vec::new();
     let mut target = 12;

@@ -9,12 +9,7 @@ use burn_backend::tensor::FloatTensor;
 use super::{chunks, contiguous, conv_geometry, float, plan_chunk, ChunkedConv};
 
 /// The output gradient of images `start .. start + len` as `[groups, out/groups, len · pixels]`.
-fn grad_columns<B: ChunkedConv>(
-    output_grad: &Tensor<B, 4>,
-    start: usize,
-    len: usize,
-    groups: usize,
-) -> Tensor<B, 3> {
+fn grad_columns<B: ChunkedConv>(output_grad: &Tensor<B, 4>, start: usize, len: usize, groups: usize) -> Tensor<B, 3> {
     let [_, out_channels, out_h, out_w] = output_grad.dims();
     contiguous(output_grad.clone().slice([start..start + len]))
         .reshape([len, out_channels, out_h * out_w])
@@ -24,19 +19,15 @@ fn grad_columns<B: ChunkedConv>(
 
 /// The output gradient of images `start .. start + len` as
 /// `[groups, len · pixels, out/groups]` (contiguous).
-fn grad_rows<B: ChunkedConv>(
-    output_grad: &Tensor<B, 4>,
-    start: usize,
-    len: usize,
-    groups: usize,
-) -> Tensor<B, 3> {
+fn grad_rows<B: ChunkedConv>(output_grad: &Tensor<B, 4>, start: usize, len: usize, groups: usize) -> Tensor<B, 3> {
     let [_, out_channels, out_h, out_w] = output_grad.dims();
     let out_per_group = out_channels / groups;
     let chunk = contiguous(output_grad.clone().slice([start..start + len]));
-    chunk
-        .reshape([len, groups, out_per_group, out_h * out_w])
-        .permute([1, 0, 3, 2])
-        .reshape([groups, len * out_h * out_w, out_per_group])
+    chunk.reshape([len, groups, out_per_group, out_h * out_w]).permute([1, 0, 3, 2]).reshape([
+        groups,
+        len * out_h * out_w,
+        out_per_group,
+    ])
 }
 
 pub(crate) fn conv2d_x_backward<B: ChunkedConv>(
@@ -60,15 +51,11 @@ pub(crate) fn conv2d_x_backward<B: ChunkedConv>(
     let chunk = plan_chunk::<B>(&geometry, batch, out_channels, pixels, dtype.size()).images_per_chunk;
 
     // [groups, rows per group, out per group]
-    let weights_t =
-        contiguous(weight.reshape([groups, out_channels / groups, rows_per_group]).swap_dims(1, 2));
+    let weights_t = contiguous(weight.reshape([groups, out_channels / groups, rows_per_group]).swap_dims(1, 2));
     let mut x_grad = Tensor::<B, 4>::empty(x_dims, (&device, dtype)).into_primitive().tensor();
     for (start, len) in chunks(batch, chunk) {
         let grad = grad_columns(&output_grad, start, len, groups);
-        let columns = weights_t
-            .clone()
-            .matmul(grad)
-            .reshape([geometry.col_rows(), len * pixels]);
+        let columns = weights_t.clone().matmul(grad).reshape([geometry.col_rows(), len * pixels]);
         x_grad = B::col2im(columns.into_primitive().tensor(), x_grad, &geometry, start, len);
     }
     x_grad
@@ -96,8 +83,8 @@ pub(crate) fn conv2d_weight_backward<B: ChunkedConv>(
     let x = x.into_primitive().tensor();
     let mut weight_grad: Option<Tensor<B, 3>> = None;
     for (start, len) in chunks(batch, chunk) {
-        let columns = float::<B, 2>(B::im2col(x.clone(), &geometry, start, len))
-            .reshape([groups, rows_per_group, len * pixels]);
+        let columns =
+            float::<B, 2>(B::im2col(x.clone(), &geometry, start, len)).reshape([groups, rows_per_group, len * pixels]);
         // The transposed weight gradient, so both GEMM operands are contiguous without
         // copying the (large) column matrix: [groups, rows per group, out per group].
         let part = columns.matmul(grad_rows(&output_grad, start, len, groups));

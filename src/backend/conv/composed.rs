@@ -46,11 +46,7 @@ pub(crate) fn im2col<B: Backend>(
     }
     // [chunk, c, taps, oh, ow] → rows (c, tap), columns (n, oy, ox).
     let stacked: Tensor<B, 5> = Tensor::stack(taps, 2);
-    stacked
-        .permute([1, 2, 0, 3, 4])
-        .reshape([g.col_rows(), chunk * out_h * out_w])
-        .into_primitive()
-        .tensor()
+    stacked.permute([1, 2, 0, 3, 4]).reshape([g.col_rows(), chunk * out_h * out_w]).into_primitive().tensor()
 }
 
 pub(crate) fn col2im<B: Backend>(
@@ -84,8 +80,5 @@ pub(crate) fn col2im<B: Backend>(
         }
     }
     let unpadded = padded.slice([0..chunk, 0..g.channels, pad_h..pad_h + g.in_h, pad_w..pad_w + g.in_w]);
-    image
-        .slice_assign([batch_offset..batch_offset + chunk], unpadded)
-        .into_primitive()
-        .tensor()
+    image.slice_assign([batch_offset..batch_offset + chunk], unpadded).into_primitive().tensor()
 }

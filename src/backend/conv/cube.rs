@@ -55,8 +55,7 @@ where
         }
         let rows = geometry.col_rows();
         let cols = chunk * geometry.col_cols_per_image();
-        let columns =
-            Self::float_empty(Shape::new([rows, cols]), &image.device, image.dtype.into());
+        let columns = Self::float_empty(Shape::new([rows, cols]), &image.device, image.dtype.into());
         let client = image.client.clone();
         let dtype = image.dtype;
         // SAFETY: `image` is `[batch, channels, h, w]` (validated by the caller's geometry)

@@ -28,15 +28,11 @@ pub(crate) fn conv2d<B: ChunkedConv>(
     let bias = bias.map(|b| float::<B, 1>(b).reshape([1, out_channels, 1, 1]));
     let x = x.into_primitive().tensor();
     let run = |start: usize, len: usize| -> Tensor<B, 4> {
-        let columns = float::<B, 2>(B::im2col(x.clone(), &geometry, start, len))
-            .reshape([groups, rows_per_group, len * pixels]);
+        let columns =
+            float::<B, 2>(B::im2col(x.clone(), &geometry, start, len)).reshape([groups, rows_per_group, len * pixels]);
         // Split dims while contiguous, then permute: Burn 0.21's CubeCL reshape computes
         // wrong strides when it splits a permuted tensor with unit dims.
-        let out = weights
-            .clone()
-            .matmul(columns)
-            .reshape([out_channels, len, out_h, out_w])
-            .swap_dims(0, 1);
+        let out = weights.clone().matmul(columns).reshape([out_channels, len, out_h, out_w]).swap_dims(0, 1);
         match &bias {
             Some(bias) => out + bias.clone(),
             None => out,

@@ -74,20 +74,8 @@ pub(crate) fn conv_geometry(
         "{op}: the input has {channels} channels but the weight expects {channels_per_group} \
          per group × {groups} groups"
     );
-    assert!(
-        out_channels % groups == 0,
-        "{op}: {out_channels} output channels cannot be split into {groups} groups"
-    );
-    let geometry = ConvGeometry {
-        channels,
-        in_h,
-        in_w,
-        kernel_h,
-        kernel_w,
-        stride,
-        padding,
-        dilation,
-    };
+    assert!(out_channels % groups == 0, "{op}: {out_channels} output channels cannot be split into {groups} groups");
+    let geometry = ConvGeometry { channels, in_h, in_w, kernel_h, kernel_w, stride, padding, dilation };
     assert!(
         geometry.output_size().is_some(),
         "{op}: the kernel {kernel_h}×{kernel_w} (dilation {dilation:?}, stride {stride:?}) does \
@@ -134,13 +122,7 @@ pub fn conv2d_plan<B: ChunkedConv>(
     elem_bytes: usize,
 ) -> ConvPlan {
     let geometry = conv_geometry("conv2d", x_dims, weight_dims, options);
-    plan_chunk::<B>(
-        &geometry,
-        x_dims[0],
-        weight_dims[0],
-        geometry.col_cols_per_image(),
-        elem_bytes,
-    )
+    plan_chunk::<B>(&geometry, x_dims[0], weight_dims[0], geometry.col_cols_per_image(), elem_bytes)
 }
 
 /// The chunking for a convolution whose column matrix is `geometry`'s and whose other
@@ -153,8 +135,7 @@ pub(crate) fn plan_chunk<B: ChunkedConv>(
     pixels: usize,
     elem_bytes: usize,
 ) -> ConvPlan {
-    let per_image =
-        (geometry.col_rows() * B::im2col_copies() + 2 * other_channels) * pixels * elem_bytes;
+    let per_image = (geometry.col_rows() * B::im2col_copies() + 2 * other_channels) * pixels * elem_bytes;
     let budget = super::ConvBudget::current();
     let images_per_chunk = budget.chunk(batch, per_image);
     ConvPlan {
@@ -182,9 +163,7 @@ pub(crate) fn float<B: Backend, const D: usize>(tensor: FloatTensor<B>) -> burn:
 /// right-hand operands (e.g. `[2, 8] · [8, 2048]ᵀ`), and its reshape computes wrong strides
 /// when it splits a permuted tensor that has unit dims. Both were found by
 /// `tests/conv_correctness.rs`.
-pub(crate) fn contiguous<B: Backend, const D: usize>(
-    tensor: burn::tensor::Tensor<B, D>,
-) -> burn::tensor::Tensor<B, D> {
+pub(crate) fn contiguous<B: Backend, const D: usize>(tensor: burn::tensor::Tensor<B, D>) -> burn::tensor::Tensor<B, D> {
     let dims = tensor.dims();
     // Reshaping to a lower rank copies a non-contiguous tensor and only relabels a
     // contiguous one; splitting a contiguous one back is a relabel.

@@ -73,19 +73,15 @@ pub(crate) fn conv_transpose2d<B: ChunkedConv>(
 
     let in_per_group = in_channels / groups;
     // [groups, out per group · kh · kw, in per group]
-    let weights_t = contiguous(
-        wt.reshape([groups, in_per_group, geometry.col_rows() / groups]).swap_dims(1, 2),
-    );
-    let mut out = Tensor::<B, 4>::empty([batch, out_channels, out_h, out_w], (&device, dtype))
-        .into_primitive()
-        .tensor();
+    let weights_t = contiguous(wt.reshape([groups, in_per_group, geometry.col_rows() / groups]).swap_dims(1, 2));
+    let mut out =
+        Tensor::<B, 4>::empty([batch, out_channels, out_h, out_w], (&device, dtype)).into_primitive().tensor();
     for (start, len) in chunks(batch, chunk) {
         let input = contiguous(xt.clone().slice([start..start + len]))
             .reshape([len, in_channels, pixels])
             .swap_dims(0, 1)
             .reshape([groups, in_per_group, len * pixels]);
-        let columns =
-            weights_t.clone().matmul(input).reshape([geometry.col_rows(), len * pixels]);
+        let columns = weights_t.clone().matmul(input).reshape([geometry.col_rows(), len * pixels]);
         out = B::col2im(columns.into_primitive().tensor(), out, &geometry, start, len);
     }
     let out = float::<B, 4>(out);

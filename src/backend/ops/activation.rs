@@ -7,7 +7,6 @@ use burn_backend::element::Scalar;
 use burn_backend::ops::ActivationOps;
 use burn_backend::tensor::FloatTensor;
 
-
 use super::forward::forward;
 use crate::backend::{ChunkedConv, Lean};
 

@@ -13,9 +13,7 @@ use super::forward::forward;
 use crate::backend::{ChunkedConv, Lean};
 
 impl<B: ChunkedConv> BoolTensorOps<Self> for Lean<B> {
-    fn bool_into_data(
-        tensor: BoolTensor<Self>,
-    ) -> impl Future<Output = Result<TensorData, ExecutionError>> + Send {
+    fn bool_into_data(tensor: BoolTensor<Self>) -> impl Future<Output = Result<TensorData, ExecutionError>> + Send {
         B::bool_into_data(tensor)
     }
 

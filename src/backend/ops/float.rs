@@ -15,9 +15,7 @@ use crate::backend::{ChunkedConv, Lean};
 
 impl<B: ChunkedConv> FloatTensorOps<Self> for Lean<B> {
     // Returns `B`'s future as is: no extra state machine, and its `Send` is `B`'s promise.
-    fn float_into_data(
-        tensor: FloatTensor<Self>,
-    ) -> impl Future<Output = Result<TensorData, ExecutionError>> + Send {
+    fn float_into_data(tensor: FloatTensor<Self>) -> impl Future<Output = Result<TensorData, ExecutionError>> + Send {
         B::float_into_data(tensor)
     }
 

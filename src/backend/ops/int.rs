@@ -15,9 +15,7 @@ use super::forward::forward;
 use crate::backend::{ChunkedConv, Lean};
 
 impl<B: ChunkedConv> IntTensorOps<Self> for Lean<B> {
-    fn int_into_data(
-        tensor: IntTensor<Self>,
-    ) -> impl Future<Output = Result<TensorData, ExecutionError>> + Send {
+    fn int_into_data(tensor: IntTensor<Self>) -> impl Future<Output = Result<TensorData, ExecutionError>> + Send {
         B::int_into_data(tensor)
     }
 

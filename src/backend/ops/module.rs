@@ -9,12 +9,11 @@
 //! with the same fields, so those results are rebuilt field by field.
 
 use burn_backend::ops::{
-    AttentionModuleOptions, ConvOptions, ConvTransposeOptions, DeformConv2dBackward,
-    DeformConvOptions, InterpolateOptions, MaxPool1dBackward, MaxPool1dWithIndices,
-    MaxPool2dBackward, MaxPool2dWithIndices, ModuleOps, UnfoldOptions,
+    AttentionModuleOptions, ConvOptions, ConvTransposeOptions, DeformConv2dBackward, DeformConvOptions,
+    InterpolateOptions, MaxPool1dBackward, MaxPool1dWithIndices, MaxPool2dBackward, MaxPool2dWithIndices, ModuleOps,
+    UnfoldOptions,
 };
 use burn_backend::tensor::{BoolTensor, FloatTensor, IntTensor};
-
 
 use super::forward::forward;
 use crate::backend::{ChunkedConv, Lean};
@@ -90,10 +89,7 @@ impl<B: ChunkedConv> ModuleOps<Self> for Lean<B> {
         ceil_mode: bool,
     ) -> MaxPool1dWithIndices<Self> {
         let out = B::max_pool1d_with_indices(x, kernel_size, stride, padding, dilation, ceil_mode);
-        MaxPool1dWithIndices {
-            output: out.output,
-            indices: out.indices,
-        }
+        MaxPool1dWithIndices { output: out.output, indices: out.indices }
     }
 
     fn max_pool1d_with_indices_backward(
@@ -116,9 +112,7 @@ impl<B: ChunkedConv> ModuleOps<Self> for Lean<B> {
             output_grad,
             indices,
         );
-        MaxPool1dBackward {
-            x_grad: grads.x_grad,
-        }
+        MaxPool1dBackward { x_grad: grads.x_grad }
     }
 
     fn max_pool2d_with_indices(
@@ -130,10 +124,7 @@ impl<B: ChunkedConv> ModuleOps<Self> for Lean<B> {
         ceil_mode: bool,
     ) -> MaxPool2dWithIndices<Self> {
         let out = B::max_pool2d_with_indices(x, kernel_size, stride, padding, dilation, ceil_mode);
-        MaxPool2dWithIndices {
-            output: out.output,
-            indices: out.indices,
-        }
+        MaxPool2dWithIndices { output: out.output, indices: out.indices }
     }
 
     fn max_pool2d_with_indices_backward(
@@ -156,9 +147,7 @@ impl<B: ChunkedConv> ModuleOps<Self> for Lean<B> {
             output_grad,
             indices,
         );
-        MaxPool2dBackward {
-            x_grad: grads.x_grad,
-        }
+        MaxPool2dBackward { x_grad: grads.x_grad }
     }
 
     forward! {

@@ -14,9 +14,7 @@ use burn_backend::shape::Shape;
 use burn_backend::slice::Slice;
 use burn_backend::tensor::quantization::QuantizationParametersPrimitive;
 use burn_backend::tensor::{BoolTensor, Device, FloatTensor, IntTensor, QuantizedTensor};
-use burn_backend::{
-    BoolDType, ExecutionError, FloatDType, IntDType, TensorData, TensorPrimitive,
-};
+use burn_backend::{BoolDType, ExecutionError, FloatDType, IntDType, TensorData, TensorPrimitive};
 
 use super::forward::forward;
 use crate::backend::{ChunkedConv, Lean};
@@ -38,9 +36,7 @@ fn to_inner<B: ChunkedConv>(tensor: TensorPrimitive<Lean<B>>) -> TensorPrimitive
 }
 
 impl<B: ChunkedConv> QTensorOps<Self> for Lean<B> {
-    fn q_into_data(
-        tensor: QuantizedTensor<Self>,
-    ) -> impl Future<Output = Result<TensorData, ExecutionError>> + Send {
+    fn q_into_data(tensor: QuantizedTensor<Self>) -> impl Future<Output = Result<TensorData, ExecutionError>> + Send {
         B::q_into_data(tensor)
     }
 
@@ -49,9 +45,7 @@ impl<B: ChunkedConv> QTensorOps<Self> for Lean<B> {
         scheme: &QuantScheme,
         qparams: QuantizationParametersPrimitive<Self>,
     ) -> QuantizedTensor<Self> {
-        let qparams = QuantizationParametersPrimitive {
-            scales: qparams.scales,
-        };
+        let qparams = QuantizationParametersPrimitive { scales: qparams.scales };
         B::quantize(tensor, scheme, qparams)
     }
 

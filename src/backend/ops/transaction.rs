@@ -6,7 +6,7 @@
 use core::future::Future;
 
 use burn_backend::ops::{TransactionOps, TransactionPrimitive, TransactionPrimitiveData};
-use burn_backend::{ExecutionError};
+use burn_backend::ExecutionError;
 
 use crate::backend::{ChunkedConv, Lean};
 

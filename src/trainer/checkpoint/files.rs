@@ -27,8 +27,8 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use crate::trainer::error::TrainerError;
 use crate::trainer::checkpoint::state::{TrainerState, STATE_FORMAT};
+use crate::trainer::error::TrainerError;
 
 /// Finished checkpoints kept by default; older ones are removed after each save.
 pub const DEFAULT_KEEP: usize = 2;
@@ -77,9 +77,7 @@ fn step_of(name: &str) -> Option<usize> {
 
 fn write_synced(path: &Path, bytes: &[u8]) -> Result<(), TrainerError> {
     let mut file = File::create(path).map_err(|err| TrainerError::io(path, err))?;
-    file.write_all(bytes)
-        .and_then(|()| file.sync_all())
-        .map_err(|err| TrainerError::io(path, err))
+    file.write_all(bytes).and_then(|()| file.sync_all()).map_err(|err| TrainerError::io(path, err))
 }
 
 /// Makes a rename or a new entry in `dir` durable. Directories cannot be opened for
@@ -87,9 +85,7 @@ fn write_synced(path: &Path, bytes: &[u8]) -> Result<(), TrainerError> {
 fn sync_dir(dir: &Path) -> Result<(), TrainerError> {
     #[cfg(unix)]
     {
-        File::open(dir)
-            .and_then(|handle| handle.sync_all())
-            .map_err(|err| TrainerError::io(dir, err))?;
+        File::open(dir).and_then(|handle| handle.sync_all()).map_err(|err| TrainerError::io(dir, err))?;
     }
     #[cfg(not(unix))]
     {
@@ -99,11 +95,7 @@ fn sync_dir(dir: &Path) -> Result<(), TrainerError> {
 }
 
 fn remove_any(path: &Path) -> Result<(), TrainerError> {
-    let result = if path.is_dir() {
-        fs::remove_dir_all(path)
-    } else {
-        fs::remove_file(path)
-    };
+    let result = if path.is_dir() { fs::remove_dir_all(path) } else { fs::remove_file(path) };
     match result {
         Err(err) if err.kind() != std::io::ErrorKind::NotFound => Err(TrainerError::io(path, err)),
         _ => Ok(()),
@@ -125,9 +117,8 @@ pub fn save(dir: &Path, payload: &CheckpointPayload, keep: usize) -> Result<Path
     remove_any(&staging)?;
     fs::create_dir(&staging).map_err(|err| TrainerError::io(&staging, err))?;
 
-    let state = serde_json::to_vec_pretty(&payload.state).map_err(|err| {
-        TrainerError::checkpoint(&staging, format!("cannot encode {STATE_FILE}: {err}"))
-    })?;
+    let state = serde_json::to_vec_pretty(&payload.state)
+        .map_err(|err| TrainerError::checkpoint(&staging, format!("cannot encode {STATE_FILE}: {err}")))?;
     write_synced(&staging.join(MODEL_FILE), &payload.model)?;
     write_synced(&staging.join(OPTIMIZER_FILE), &payload.optimizer)?;
     write_synced(&staging.join(TRAINER_BIN_FILE), &payload.trainer)?;
@@ -198,26 +189,18 @@ pub fn load_latest(dir: &Path) -> Result<(PathBuf, CheckpointPayload), TrainerEr
         TrainerError::checkpoint(&latest, reason)
     })?;
     let name = name.trim();
-    let step = step_of(name).ok_or_else(|| {
-        TrainerError::checkpoint(
-            &latest,
-            format!("`latest` names {name:?}, not a checkpoint"),
-        )
-    })?;
+    let step = step_of(name)
+        .ok_or_else(|| TrainerError::checkpoint(&latest, format!("`latest` names {name:?}, not a checkpoint")))?;
     let checkpoint = dir.join(name);
     if !checkpoint.is_dir() {
-        return Err(TrainerError::checkpoint(
-            &checkpoint,
-            "`latest` names a checkpoint that does not exist",
-        ));
+        return Err(TrainerError::checkpoint(&checkpoint, "`latest` names a checkpoint that does not exist"));
     }
     let model = read_part(&checkpoint, MODEL_FILE)?;
     let optimizer = read_part(&checkpoint, OPTIMIZER_FILE)?;
     let trainer = read_part(&checkpoint, TRAINER_BIN_FILE)?;
     let state_bytes = read_part(&checkpoint, STATE_FILE)?;
-    let corrupt = |err: serde_json::Error| {
-        TrainerError::checkpoint(&checkpoint, format!("{STATE_FILE} is corrupt: {err}"))
-    };
+    let corrupt =
+        |err: serde_json::Error| TrainerError::checkpoint(&checkpoint, format!("{STATE_FILE} is corrupt: {err}"));
     let StateFormat { format } = serde_json::from_slice(&state_bytes).map_err(corrupt)?;
     if format != STATE_FORMAT {
         return Err(TrainerError::checkpoint(
@@ -229,33 +212,15 @@ pub fn load_latest(dir: &Path) -> Result<(PathBuf, CheckpointPayload), TrainerEr
     if state.step != step {
         return Err(TrainerError::checkpoint(
             &checkpoint,
-            format!(
-                "{STATE_FILE} is for step {}, the directory for step {step}",
-                state.step
-            ),
+            format!("{STATE_FILE} is for step {}, the directory for step {step}", state.step),
         ));
     }
-    for (file, bytes) in [
-        (MODEL_FILE, &model),
-        (OPTIMIZER_FILE, &optimizer),
-        (TRAINER_BIN_FILE, &trainer),
-    ] {
+    for (file, bytes) in [(MODEL_FILE, &model), (OPTIMIZER_FILE, &optimizer), (TRAINER_BIN_FILE, &trainer)] {
         if bytes.is_empty() {
-            return Err(TrainerError::checkpoint(
-                &checkpoint,
-                format!("{file} is empty"),
-            ));
+            return Err(TrainerError::checkpoint(&checkpoint, format!("{file} is empty")));
         }
     }
-    Ok((
-        checkpoint,
-        CheckpointPayload {
-            model,
-            optimizer,
-            trainer,
-            state,
-        },
-    ))
+    Ok((checkpoint, CheckpointPayload { model, optimizer, trainer, state }))
 }
 
 #[cfg(test)]

@@ -13,13 +13,13 @@ use burn::record::{FullPrecisionSettings, NamedMpkBytesRecorder, Recorder};
 use burn::tensor::backend::AutodiffBackend;
 use serde::{Deserialize, Serialize};
 
+use crate::memory::MemoryProbe;
 use crate::trainer::checkpoint::files::{self, CheckpointPayload};
 use crate::trainer::checkpoint::state::TrainerState;
 use crate::trainer::error::TrainerError;
 use crate::trainer::hybrid::HybridTrainer;
 use crate::trainer::predict::predictor::{PredictorState, UpdatePredictor};
 use crate::trainer::step::{HybridBatch, HybridModel};
-use crate::memory::MemoryProbe;
 
 type CheckpointRecorder = NamedMpkBytesRecorder<FullPrecisionSettings>;
 
@@ -39,10 +39,7 @@ where
 {
     /// Everything about the trainer that is not a tensor.
     pub(crate) fn state(&self) -> TrainerState {
-        TrainerState {
-            statistics: self.statistics(),
-            ..self.state.clone()
-        }
+        TrainerState { statistics: self.statistics(), ..self.state.clone() }
     }
 
     /// Writes a checkpoint of the current step into `dir` and returns its directory. The
@@ -61,20 +58,11 @@ where
         let model_record = <M as Module<B>>::into_record(model.clone());
         let model = <CheckpointRecorder as Recorder<B>>::record(&recorder, model_record, ())?;
         let optimizer_record = <O as Optimizer<M, B>>::to_record(&self.optimizer);
-        let optimizer =
-            <CheckpointRecorder as Recorder<B>>::record(&recorder, optimizer_record, ())?;
+        let optimizer = <CheckpointRecorder as Recorder<B>>::record(&recorder, optimizer_record, ())?;
         let state = self.state();
-        let binary = TrainerBinary {
-            state: state.clone(),
-            predictor: self.predictor.to_record(),
-        };
+        let binary = TrainerBinary { state: state.clone(), predictor: self.predictor.to_record() };
         let trainer = <CheckpointRecorder as Recorder<B>>::save_item(&recorder, binary, ())?;
-        let payload = CheckpointPayload {
-            model,
-            optimizer,
-            trainer,
-            state,
-        };
+        let payload = CheckpointPayload { model, optimizer, trainer, state };
         files::save(dir, &payload, self.keep_checkpoints)
     }
 
@@ -92,46 +80,34 @@ where
         device: B::Device,
     ) -> Result<Self, TrainerError> {
         let (path, payload) = files::load_latest(dir.as_ref())?;
-        let CheckpointPayload {
-            model,
-            optimizer: optimizer_bytes,
-            trainer,
-            state: readable,
-        } = payload;
+        let CheckpointPayload { model, optimizer: optimizer_bytes, trainer, state: readable } = payload;
         let undecodable = |file: &str, err: burn::record::RecorderError| {
             TrainerError::checkpoint(path.join(file), format!("cannot be decoded: {err}"))
         };
         let mut trainer_bytes = trainer;
-        let binary: TrainerBinary = <CheckpointRecorder as Recorder<B>>::load_item(
-            &CheckpointRecorder::default(),
-            &mut trainer_bytes,
-        )
-        .map_err(|err| undecodable("trainer.bin", err))?;
-        let TrainerBinary {
-            state,
-            predictor: predictor_state,
-        } = binary;
+        let binary: TrainerBinary =
+            <CheckpointRecorder as Recorder<B>>::load_item(&CheckpointRecorder::default(), &mut trainer_bytes)
+                .map_err(|err| undecodable("trainer.bin", err))?;
+        let TrainerBinary { state, predictor: predictor_state } = binary;
         if state.step != readable.step || state.optimizer_step != readable.optimizer_step {
             return Err(TrainerError::checkpoint(
                 &path,
-                format!(
-                    "trainer.bin (step {}) and trainer.json (step {}) disagree",
-                    state.step, readable.step
-                ),
+                format!("trainer.bin (step {}) and trainer.json (step {}) disagree", state.step, readable.step),
             ));
         }
         state.config.validate()?;
         state.lr.validate()?;
 
         let recorder = CheckpointRecorder::default();
-        let model_record = <CheckpointRecorder as Recorder<B>>::load::<<M as Module<B>>::Record>(
-            &recorder, model, &device,
-        )
-        .map_err(|err| undecodable("model.bin", err))?;
+        let model_record =
+            <CheckpointRecorder as Recorder<B>>::load::<<M as Module<B>>::Record>(&recorder, model, &device)
+                .map_err(|err| undecodable("model.bin", err))?;
         let model = <M as Module<B>>::load_record(model_template, model_record);
-        let optimizer_record = <CheckpointRecorder as Recorder<B>>::load::<
-            <O as Optimizer<M, B>>::Record,
-        >(&recorder, optimizer_bytes, &device)
+        let optimizer_record = <CheckpointRecorder as Recorder<B>>::load::<<O as Optimizer<M, B>>::Record>(
+            &recorder,
+            optimizer_bytes,
+            &device,
+        )
         .map_err(|err| undecodable("optimizer.bin", err))?;
         let optimizer = <O as Optimizer<M, B>>::load_record(optimizer, optimizer_record);
         let predictor = UpdatePredictor::from_record(predictor_state, &device);

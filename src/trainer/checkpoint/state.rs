@@ -5,10 +5,10 @@
 use serde::{Deserialize, Serialize};
 
 use crate::trainer::config::HybridConfig;
-use crate::trainer::predict::guard::LossGuard;
 use crate::trainer::lr::LrSchedule;
-use crate::trainer::predict::phase::PhaseSchedule;
 use crate::trainer::precision::LossScaler;
+use crate::trainer::predict::guard::LossGuard;
+use crate::trainer::predict::phase::PhaseSchedule;
 use crate::trainer::records::statistics::TrainerStatistics;
 
 /// Version of the `trainer.json` layout. 2: predict blocks verified by a paired probe

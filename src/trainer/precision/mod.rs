@@ -82,12 +82,7 @@ pub struct LossScaleConfig {
 
 impl Default for LossScaleConfig {
     fn default() -> Self {
-        Self {
-            initial_scale: 65_536.0,
-            growth_factor: 2.0,
-            backoff_factor: 0.5,
-            growth_interval: 2_000,
-        }
+        Self { initial_scale: 65_536.0, growth_factor: 2.0, backoff_factor: 0.5, growth_interval: 2_000 }
     }
 }
 
@@ -135,10 +130,7 @@ pub struct PrecisionConfig {
 impl PrecisionConfig {
     /// `precision`, with loss scaling (PyTorch's defaults) when it is f16.
     pub fn new(precision: Precision) -> Self {
-        Self {
-            precision,
-            loss_scale: (precision == Precision::F16).then(LossScaleConfig::default),
-        }
+        Self { precision, loss_scale: (precision == Precision::F16).then(LossScaleConfig::default) }
     }
 
     /// Sets [`loss_scale`](Self::loss_scale).

@@ -89,10 +89,7 @@ mod tests {
 
     #[test]
     fn scale_grows_on_efficient_blocks_and_halves_on_rollbacks_within_bounds() {
-        let config = HybridConfig::default()
-            .with_min_scale(0.1)
-            .with_max_scale(2.0)
-            .with_hold_efficiency(0.5);
+        let config = HybridConfig::default().with_min_scale(0.1).with_max_scale(2.0).with_hold_efficiency(0.5);
         assert_eq!(scale_after(1.0, &kept(Some(0.6), 0.1), &config), 1.25);
         assert_eq!(scale_after(1.0, &kept(Some(0.3), 0.1), &config), 1.0);
         assert_eq!(scale_after(1.0, &kept(None, 0.1), &config), 1.0);

@@ -72,12 +72,7 @@ impl LossGuard {
     /// A guard with no loss seen yet. `decay` weighs the old running value; `min_gain` is
     /// [`HybridConfig::min_gain`](crate::trainer::HybridConfig::min_gain).
     pub fn new(decay: f64, min_gain: f64) -> Self {
-        Self {
-            running: None,
-            decay,
-            min_gain,
-            recent: VecDeque::new(),
-        }
+        Self { running: None, decay, min_gain, recent: VecDeque::new() }
     }
 
     /// Feeds the loss of a full step taken at schedule position `position`; non-finite
@@ -248,7 +243,10 @@ mod tests {
         }
         let permissive = falling(0.01, 10, -1e9);
         assert!(permissive.judge_block(3.0, 30.0, 4).keep, "a very negative min_gain keeps every finite block");
-        assert!(LossGuard::new(0.9, -1.0).judge_block(3.0, 30.0, 4).keep, "and so does any negative one without a pace");
+        assert!(
+            LossGuard::new(0.9, -1.0).judge_block(3.0, 30.0, 4).keep,
+            "and so does any negative one without a pace"
+        );
     }
 
     #[test]

@@ -77,9 +77,7 @@ impl PhaseSchedule {
             phase: Phase::Warmup,
             left: warmup,
             length: warmup,
-            horizon: config
-                .initial_horizon
-                .clamp(config.min_horizon, config.max_horizon),
+            horizon: config.initial_horizon.clamp(config.min_horizon, config.max_horizon),
             cooldown_left: 0,
             closed_for: 0,
             reprobe: false,
@@ -165,11 +163,8 @@ impl PhaseSchedule {
     /// `hold_efficiency` doubles it, anything less (NaN included) halves it; always within
     /// `[min_horizon, max_horizon]`.
     pub fn calibrate(&mut self, config: &HybridConfig, efficiency: f64) {
-        let horizon = if efficiency >= config.hold_efficiency {
-            self.horizon.saturating_mul(2)
-        } else {
-            self.horizon / 2
-        };
+        let horizon =
+            if efficiency >= config.hold_efficiency { self.horizon.saturating_mul(2) } else { self.horizon / 2 };
         self.horizon = horizon.clamp(config.min_horizon, config.max_horizon);
     }
 
@@ -188,8 +183,8 @@ impl PhaseSchedule {
 
 #[cfg(test)]
 mod tests {
-    use crate::trainer::Phase::{Correct as C, Full as F, Predict as P, Warmup as W};
     use super::*;
+    use crate::trainer::Phase::{Correct as C, Full as F, Predict as P, Warmup as W};
 
     fn config() -> HybridConfig {
         HybridConfig::default()
@@ -205,12 +200,7 @@ mod tests {
     }
 
     /// The phases of the next `steps` steps at a fixed confidence.
-    fn phases(
-        schedule: &mut PhaseSchedule,
-        config: &HybridConfig,
-        steps: usize,
-        confidence: f64,
-    ) -> Vec<Phase> {
+    fn phases(schedule: &mut PhaseSchedule, config: &HybridConfig, steps: usize, confidence: f64) -> Vec<Phase> {
         (0..steps)
             .map(|_| {
                 let phase = schedule.current();
@@ -224,10 +214,7 @@ mod tests {
     fn cycles_through_the_phases() {
         let config = config();
         let mut schedule = PhaseSchedule::new(&config);
-        assert_eq!(
-            phases(&mut schedule, &config, 13, 1.0),
-            vec![W, W, W, P, P, C, F, F, P, P, C, F, F]
-        );
+        assert_eq!(phases(&mut schedule, &config, 13, 1.0), vec![W, W, W, P, P, C, F, F, P, P, C, F, F]);
     }
 
     #[test]
@@ -242,10 +229,7 @@ mod tests {
     fn low_confidence_keeps_full_steps() {
         let config = config();
         let mut schedule = PhaseSchedule::new(&config);
-        assert_eq!(
-            phases(&mut schedule, &config, 9, 0.1),
-            vec![W, W, W, F, F, F, F, F, F]
-        );
+        assert_eq!(phases(&mut schedule, &config, 9, 0.1), vec![W, W, W, F, F, F, F, F, F]);
         // The gate is asked again at the end of each full run.
         assert_eq!(phases(&mut schedule, &config, 3, 0.3), vec![F, F, P]);
     }
@@ -254,10 +238,7 @@ mod tests {
     fn nan_confidence_never_opens_the_gate() {
         let config = config().with_min_confidence(0.0);
         let mut schedule = PhaseSchedule::new(&config);
-        assert_eq!(
-            phases(&mut schedule, &config, 6, f64::NAN),
-            vec![W, W, W, F, F, F]
-        );
+        assert_eq!(phases(&mut schedule, &config, 6, f64::NAN), vec![W, W, W, F, F, F]);
     }
 
     #[test]
@@ -270,10 +251,7 @@ mod tests {
         assert_eq!(schedule.current(), F);
         assert_eq!(schedule.horizon(), 1);
         assert_eq!(schedule.cooldown_left, 3);
-        assert_eq!(
-            phases(&mut schedule, &config, 6, 1.0),
-            vec![F, F, F, P, C, F]
-        );
+        assert_eq!(phases(&mut schedule, &config, 6, 1.0), vec![F, F, F, P, C, F]);
         assert_eq!(schedule.cooldown_left, 0);
     }
 
@@ -291,10 +269,7 @@ mod tests {
         let config = config().with_reprobe_steps(4);
         let mut schedule = PhaseSchedule::new(&config);
         // Warmup (not counted), then four full steps with the gate closed, then a re-probe.
-        assert_eq!(
-            phases(&mut schedule, &config, 10, 0.1),
-            vec![W, W, W, F, F, F, F, P, C, F]
-        );
+        assert_eq!(phases(&mut schedule, &config, 10, 0.1), vec![W, W, W, F, F, F, F, P, C, F]);
         assert!(schedule.is_reprobe());
         assert_eq!(schedule.horizon(), 1, "a re-probe block is as short as allowed");
         // The count starts again after the block; an open gate is an ordinary block.
@@ -362,10 +337,7 @@ mod tests {
     #[test]
     fn phases_display_and_serialise_in_lowercase() {
         assert_eq!(Phase::Predict.to_string(), "predict");
-        assert_eq!(
-            serde_json::to_string(&Phase::Correct).expect("serialise"),
-            "\"correct\""
-        );
+        assert_eq!(serde_json::to_string(&Phase::Correct).expect("serialise"), "\"correct\"");
         assert!(Phase::Warmup.is_full() && !Phase::Predict.is_full());
     }
 

@@ -61,12 +61,7 @@ pub struct PredictorState {
 impl<B: Backend> UpdatePredictor<B> {
     /// An empty predictor.
     pub(crate) fn new(decay: f64, precision: PredictorPrecision) -> Self {
-        Self {
-            entries: BTreeMap::new(),
-            decay,
-            precision,
-            observations: 0,
-        }
+        Self { entries: BTreeMap::new(), decay, precision, observations: 0 }
     }
 
     /// Folds in the real update `deltas` of a step taken at learning rate `lr`.
@@ -84,11 +79,9 @@ impl<B: Backend> UpdatePredictor<B> {
             };
             let per_lr = delta.clone().mul_scalar(1.0 / lr);
             let mean = match self.entries.remove(id) {
-                Some(entry) if entry.mean.shape() == delta.shape() => entry
-                    .mean
-                    .cast(dtype)
-                    .mul_scalar(self.decay)
-                    .add(per_lr.mul_scalar(1.0 - self.decay)),
+                Some(entry) if entry.mean.shape() == delta.shape() => {
+                    entry.mean.cast(dtype).mul_scalar(self.decay).add(per_lr.mul_scalar(1.0 - self.decay))
+                }
                 _ => per_lr,
             };
             let mean = self.stored(mean);
@@ -101,10 +94,7 @@ impl<B: Backend> UpdatePredictor<B> {
     /// `lr·m`, in the parameters' own float type. Any extra scale is applied by whoever
     /// applies the update.
     pub fn predict(&self, lr: f64) -> ParamUpdates<B> {
-        self.entries
-            .iter()
-            .map(|(id, entry)| (*id, entry.mean.clone().cast(entry.dtype).mul_scalar(lr)))
-            .collect()
+        self.entries.iter().map(|(id, entry)| (*id, entry.mean.clone().cast(entry.dtype).mul_scalar(lr))).collect()
     }
 
     /// Whether at least one update has been observed.
@@ -129,10 +119,7 @@ impl<B: Backend> UpdatePredictor<B> {
 
     /// Device bytes the stored averages occupy.
     pub fn bytes(&self) -> usize {
-        self.entries
-            .values()
-            .map(|entry| tensor_bytes(&entry.mean))
-            .sum()
+        self.entries.values().map(|entry| tensor_bytes(&entry.mean)).sum()
     }
 
     /// Storage type.
@@ -170,12 +157,7 @@ impl<B: Backend> UpdatePredictor<B> {
                 Some((ParamId::from(entry.id), Entry { mean, dtype }))
             })
             .collect();
-        Self {
-            entries,
-            decay: state.decay,
-            precision: state.precision,
-            observations: state.observations,
-        }
+        Self { entries, decay: state.decay, precision: state.precision, observations: state.observations }
     }
 
     fn stored(&self, mean: Tensor<B, 1>) -> Tensor<B, 1> {
@@ -196,20 +178,13 @@ mod tests {
 
     fn updates(values: &[f32]) -> ParamUpdates<NdArray> {
         let mut map = ParamUpdates::new();
-        map.insert(
-            ParamId::from(7),
-            Tensor::from_data(TensorData::new(values.to_vec(), [values.len()]), &DEVICE),
-        );
+        map.insert(ParamId::from(7), Tensor::from_data(TensorData::new(values.to_vec(), [values.len()]), &DEVICE));
         map
     }
 
     fn predicted(predictor: &UpdatePredictor<NdArray>, lr: f64) -> Vec<f32> {
         let prediction = predictor.predict(lr);
-        prediction[&ParamId::from(7)]
-            .clone()
-            .into_data()
-            .to_vec::<f32>()
-            .expect("f32")
+        prediction[&ParamId::from(7)].clone().into_data().to_vec::<f32>().expect("f32")
     }
 
     fn assert_close(actual: &[f32], expected: &[f32]) {

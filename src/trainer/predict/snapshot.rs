@@ -88,9 +88,7 @@ impl<B: Backend> Snapshot<B> {
         match store {
             SnapshotStore::Device => Snapshot::Device(collect(module)),
             SnapshotStore::Host => {
-                let mut reader = HostReader {
-                    params: BTreeMap::new(),
-                };
+                let mut reader = HostReader { params: BTreeMap::new() };
                 module.visit(&mut reader);
                 Snapshot::Host(reader.params)
             }
@@ -106,12 +104,8 @@ impl<B: Backend> Snapshot<B> {
         M: Module<AB>,
     {
         match self {
-            Snapshot::Device(mut params) => module.map(&mut Restorer::<AB> {
-                source: Source::Device(&mut params),
-            }),
-            Snapshot::Host(mut params) => module.map(&mut Restorer::<AB> {
-                source: Source::Host(&mut params),
-            }),
+            Snapshot::Device(mut params) => module.map(&mut Restorer::<AB> { source: Source::Device(&mut params) }),
+            Snapshot::Host(mut params) => module.map(&mut Restorer::<AB> { source: Source::Host(&mut params) }),
         }
     }
 
@@ -128,9 +122,9 @@ impl<B: Backend> Snapshot<B> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use burn::module::AutodiffModule;
     use burn::backend::ndarray::NdArrayDevice;
     use burn::backend::{Autodiff, NdArray};
+    use burn::module::AutodiffModule;
     use burn::nn::{Linear, LinearConfig};
 
     use crate::trainer::params::{apply_update, ParamUpdates};
@@ -139,19 +133,14 @@ mod tests {
 
     fn weights(model: &Linear<Train>) -> Vec<TensorData> {
         let bias = model.bias.as_ref().expect("bias");
-        vec![
-            model.weight.val().inner().into_data(),
-            bias.val().inner().into_data(),
-        ]
+        vec![model.weight.val().inner().into_data(), bias.val().inner().into_data()]
     }
 
     fn perturbed(model: Linear<Train>) -> Linear<Train> {
         let device = NdArrayDevice::Cpu;
         let params = collect(&model.valid());
-        let updates: ParamUpdates<NdArray> = params
-            .iter()
-            .map(|(id, param)| (*id, Tensor::ones([param.tensor.dims()[0]], &device)))
-            .collect();
+        let updates: ParamUpdates<NdArray> =
+            params.iter().map(|(id, param)| (*id, Tensor::ones([param.tensor.dims()[0]], &device))).collect();
         apply_update(model, &updates, 0.3)
     }
 

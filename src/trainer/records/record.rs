@@ -6,9 +6,9 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::memory::MemorySample;
 use crate::trainer::error::TrainerError;
 use crate::trainer::predict::phase::Phase;
-use crate::memory::MemorySample;
 
 /// What one trainer step did and cost.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -111,10 +111,7 @@ impl JsonlWriter {
     }
 
     fn open(path: &Path, append: bool) -> Result<Self, TrainerError> {
-        if let Some(parent) = path
-            .parent()
-            .filter(|parent| !parent.as_os_str().is_empty())
-        {
+        if let Some(parent) = path.parent().filter(|parent| !parent.as_os_str().is_empty()) {
             std::fs::create_dir_all(parent).map_err(|err| TrainerError::io(parent, err))?;
         }
         let mut options = OpenOptions::new();
@@ -124,19 +121,14 @@ impl JsonlWriter {
         } else {
             options.write(true).truncate(true);
         }
-        let file = options
-            .open(path)
-            .map_err(|err| TrainerError::io(path, err))?;
-        Ok(Self {
-            file,
-            path: path.to_path_buf(),
-        })
+        let file = options.open(path).map_err(|err| TrainerError::io(path, err))?;
+        Ok(Self { file, path: path.to_path_buf() })
     }
 
     /// Writes one record as one line and flushes it.
     pub fn write(&mut self, record: &StepRecord) -> Result<(), TrainerError> {
-        let mut line = serde_json::to_string(record)
-            .map_err(|err| TrainerError::io(&self.path, std::io::Error::other(err)))?;
+        let mut line =
+            serde_json::to_string(record).map_err(|err| TrainerError::io(&self.path, std::io::Error::other(err)))?;
         line.push('\n');
         self.file
             .write_all(line.as_bytes())
@@ -159,11 +151,7 @@ mod tests {
             seconds: 0.5,
             items: 8,
             items_per_second: 16.0,
-            memory: Some(MemorySample {
-                bytes_in_use: 1,
-                bytes_reserved: 2,
-                allocations: 3,
-            }),
+            memory: Some(MemorySample { bytes_in_use: 1, bytes_reserved: 2, allocations: 3 }),
             predicted: true,
             rolled_back: !loss.is_finite(),
             scale: 1.0,
@@ -179,9 +167,7 @@ mod tests {
     }
 
     fn scratch(name: &str) -> PathBuf {
-        std::env::temp_dir()
-            .join(format!("leanburn-jsonl-{}-{name}", std::process::id()))
-            .join("steps.jsonl")
+        std::env::temp_dir().join(format!("leanburn-jsonl-{}-{name}", std::process::id())).join("steps.jsonl")
     }
 
     fn read(path: &Path) -> Vec<StepRecord> {
@@ -201,10 +187,7 @@ mod tests {
         drop(writer);
         let mut writer = JsonlWriter::append(&path).expect("append");
         writer.write(&record(2, 1.25)).expect("write");
-        assert_eq!(
-            read(&path),
-            vec![record(0, 2.0), record(1, 1.5), record(2, 1.25)]
-        );
+        assert_eq!(read(&path), vec![record(0, 2.0), record(1, 1.5), record(2, 1.25)]);
 
         // `create` starts over.
         let mut writer = JsonlWriter::create(&path).expect("create");
@@ -234,9 +217,7 @@ mod tests {
     fn io_errors_name_the_path() {
         let path = scratch("bad").join("is-a-directory");
         std::fs::create_dir_all(&path).expect("mkdir");
-        let message = JsonlWriter::create(&path)
-            .expect_err("a directory")
-            .to_string();
+        let message = JsonlWriter::create(&path).expect_err("a directory").to_string();
         assert!(message.contains("is-a-directory"), "{message}");
         let _ = std::fs::remove_dir_all(scratch("bad").parent().expect("parent"));
     }

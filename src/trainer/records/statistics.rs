@@ -81,10 +81,8 @@ impl TrainerStatistics {
         }
         self.total_items += record.items as u64;
         if let Some(memory) = record.memory {
-            self.peak_bytes_in_use = Some(
-                self.peak_bytes_in_use
-                    .map_or(memory.bytes_in_use, |peak| peak.max(memory.bytes_in_use)),
-            );
+            self.peak_bytes_in_use =
+                Some(self.peak_bytes_in_use.map_or(memory.bytes_in_use, |peak| peak.max(memory.bytes_in_use)));
         }
         if record.loss.is_some() {
             self.last_loss = record.loss;
@@ -99,11 +97,7 @@ impl TrainerStatistics {
 
     fn refresh(&mut self) {
         let mean = |seconds: f64, steps: usize| (steps > 0).then(|| seconds / steps as f64);
-        self.predicted_share = if self.steps == 0 {
-            0.0
-        } else {
-            self.predict_steps as f64 / self.steps as f64
-        };
+        self.predicted_share = if self.steps == 0 { 0.0 } else { self.predict_steps as f64 / self.steps as f64 };
         self.mean_full_seconds = mean(self.full_seconds, self.backward_steps());
         self.mean_predict_seconds = mean(self.predict_seconds, self.predict_steps);
         self.predict_cost_ratio = match (self.mean_predict_seconds, self.mean_full_seconds) {
@@ -128,11 +122,7 @@ mod tests {
             seconds,
             items: 4,
             items_per_second: 4.0 / seconds,
-            memory: Some(MemorySample {
-                bytes_in_use: in_use,
-                bytes_reserved: in_use,
-                allocations: 1,
-            }),
+            memory: Some(MemorySample { bytes_in_use: in_use, bytes_reserved: in_use, allocations: 1 }),
             predicted: phase == Phase::Predict,
             rolled_back,
             scale: 1.0,
@@ -155,10 +145,7 @@ mod tests {
         stats.observe(&record(Phase::Predict, 0.5, 200, false));
         stats.observe(&record(Phase::Predict, 0.5, 250, true));
         assert_eq!(stats.steps, 4);
-        assert_eq!(
-            (stats.warmup_steps, stats.full_steps, stats.predict_steps),
-            (1, 1, 2)
-        );
+        assert_eq!((stats.warmup_steps, stats.full_steps, stats.predict_steps), (1, 1, 2));
         assert_eq!(stats.rollbacks, 1);
         assert_eq!(stats.predicted_share, 0.5);
         assert_eq!(stats.mean_full_seconds, Some(2.0));
