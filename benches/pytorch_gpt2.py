@@ -1,13 +1,14 @@
 #!/usr/bin/env python3
 """Plain PyTorch GPT-2 training loop: the reference `gpt2_small_hybrid --mode full` is
-compared against on a GPU (docs/benchmarks.md).
+compared against, on a GPU and on the CPU (`--device cpu`; docs/benchmarks.md).
 
 Same model as `src/model/gpt2.rs` (pre-LayerNorm blocks, fused QKV, 4x GELU MLP, tied LM
 head, N(0, 0.02) init, residual projections N(0, 0.02/sqrt(2 layers)), no dropout), same
 optimizer (AdamW, betas 0.9/0.999, eps 1e-5 -- Burn's AdamW defaults --, weight decay 0.1,
 gradient norm clipped at 1, linear warmup over 10% of the steps then cosine decay to a
 tenth), same shapes, the loss read back to the host every step as the example does by
-default. Reports tokens/s over the steps after `--skip` and the allocator's peaks.
+default. Reports tokens/s over the steps after `--skip` and the allocator's peaks (on the
+CPU: the process's peak resident memory, `ru_maxrss`, instead).
 
 Data: `--data FILE` is tokenized with GPT-2's BPE (`r50k_base`, the encoding the example
 uses) through tiktoken. tiktoken downloads its vocabulary on first use, which a machine
@@ -18,11 +19,13 @@ on which tokens are fed, but the loss values then mean nothing.
 
     python3 benches/pytorch_gpt2.py --batch 8 --seq 1024 --steps 60
     python3 benches/pytorch_gpt2.py --precision bf16 --json-out result.json
+    python3 benches/pytorch_gpt2.py --device cpu --threads 2 --preset gpt2-mini --batch 8 --seq 64
 """
 
 import argparse
 import json
 import math
+import resource
 import sys
 import time
 
@@ -135,21 +138,29 @@ def main():
     p.add_argument("--bpe", help="a local r50k_base.tiktoken, for machines without network")
     p.add_argument("--seed", type=int, default=42)
     p.add_argument("--json-out")
+    p.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
+    p.add_argument("--threads", type=int, help="CPU threads (torch.set_num_threads)")
     a = p.parse_args()
     if a.steps <= a.skip:
         sys.exit(f"--steps ({a.steps}) must exceed --skip ({a.skip})")
-    if not torch.cuda.is_available():
-        sys.exit("no CUDA device: this script measures GPU speed and memory")
+    cuda = a.device == "cuda"
+    if cuda and not torch.cuda.is_available():
+        sys.exit("no CUDA device: use --device cpu to measure the CPU")
+    if not cuda and a.precision != "f32":
+        sys.exit("--device cpu measures f32 only")
+    if a.threads:
+        torch.set_num_threads(a.threads)
     layers, d, heads, context = PRESETS[a.preset]
     if a.seq > context:
         sys.exit(f"--seq {a.seq} exceeds the {a.preset} context {context}")
 
     torch.manual_seed(a.seed)
-    dev = torch.device("cuda")
+    dev = torch.device(a.device)
+    device_name = torch.cuda.get_device_name() if cuda else f"cpu, {torch.get_num_threads()} threads"
     torch.backends.cuda.matmul.allow_tf32 = a.precision == "tf32"
     torch.backends.cudnn.allow_tf32 = a.precision == "tf32"
     tokens, source = load_tokens(a.data, a.bpe)
-    print(f"torch {torch.__version__} on {torch.cuda.get_device_name()}; data: {source}", flush=True)
+    print(f"torch {torch.__version__} on {device_name}; data: {source}", flush=True)
 
     model = Gpt2(layers, d, heads, context, a.attention).to(dev)
     params = sum(q.numel() for q in model.parameters())
@@ -172,16 +183,18 @@ def main():
         return w[:, :-1], w[:, 1:]
 
     print(f"{a.preset}: {params:,} parameters; batch {a.batch} x {a.seq}; {a.precision}, attention {a.attention}", flush=True)
-    torch.cuda.reset_peak_memory_stats()
+    if cuda:
+        torch.cuda.reset_peak_memory_stats()
     losses, start = [], None
     for step in range(a.steps):
         if step == a.skip:
-            torch.cuda.synchronize()
+            if cuda:
+                torch.cuda.synchronize()
             start = time.perf_counter()
         for g in opt.param_groups:
             g["lr"] = lr_at(step)
         x, y = batch()
-        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=a.precision == "bf16"):
+        with torch.autocast(a.device, dtype=torch.bfloat16, enabled=a.precision == "bf16"):
             loss = model(x, y)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -190,11 +203,13 @@ def main():
         losses.append(loss.item())  # one host read per step, like the example's default
         if step % 10 == 0 or step == a.steps - 1:
             print(f"step {step:4d} loss {losses[-1]:.4f}", flush=True)
-    torch.cuda.synchronize()
+    if cuda:
+        torch.cuda.synchronize()
     seconds = time.perf_counter() - start
     timed = a.steps - a.skip
     result = {
-        "device": torch.cuda.get_device_name(),
+        "name": f"pytorch {torch.__version__}",
+        "device": device_name,
         "torch": torch.__version__,
         "preset": a.preset,
         "parameters": params,
@@ -206,8 +221,10 @@ def main():
         "data": source,
         "tokens_per_s": timed * a.batch * a.seq / seconds,
         "seconds_per_step": seconds / timed,
-        "peak_allocated_bytes": torch.cuda.max_memory_allocated(),
-        "peak_reserved_bytes": torch.cuda.max_memory_reserved(),
+        "peak_allocated_bytes": torch.cuda.max_memory_allocated() if cuda else None,
+        "peak_reserved_bytes": torch.cuda.max_memory_reserved() if cuda else None,
+        # Linux reports ru_maxrss in KiB.
+        "peak_resident_bytes": None if cuda else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
         "first_loss": losses[0],
         "final_loss": losses[-1],
     }

@@ -42,14 +42,15 @@ fn cuda_without_a_driver_is_a_clear_error_not_a_panic() {
 }
 
 #[test]
-fn cpu_run_reports_memory_as_not_available() {
+fn cpu_run_reports_host_memory_and_device_memory_as_not_available() {
     let output =
         demo().args(["--backend", "cpu", "--steps", "3", "--batch", "2", "--resolution", "8"]).output().unwrap();
     let all = text(&output);
     assert!(output.status.success(), "{all}");
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(stdout.contains("backend cpu"), "{all}");
-    assert!(stdout.contains("not available"), "{all}");
+    assert!(stdout.contains("device memory: not available"), "{all}");
+    assert!(stdout.contains("host memory (process resident): current"), "{all}");
 }
 
 #[test]

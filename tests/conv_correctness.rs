@@ -1,7 +1,8 @@
 //! `Lean<B>` convolutions against stock Burn over randomized shapes, fixed seeds.
 //!
 //! Reference: Burn's `NdArray` backend (stock `conv2d`, `conv2d_x_backward`,
-//! `conv2d_weight_backward`, `conv_transpose2d`), in f32.
+//! `conv2d_weight_backward`, `conv_transpose2d`), in f32: a backend of its own, apart
+//! from `Flex`, the CPU backend `Lean`'s composed path is checked on.
 //! Tolerance (f32): every element satisfies |got − want| ≤ 1e-4 · max(|want|, rms(want)),
 //! i.e. 1e-4 relative, with the tensor's rms as the floor for elements near zero.
 //! Half precision is checked against the same f32 reference with 1e-2 (f16) and 4e-2
@@ -13,7 +14,7 @@
 use std::sync::Once;
 
 use burn::backend::wgpu::{WgpuDevice, WgpuRuntime};
-use burn::backend::{NdArray, Wgpu};
+use burn::backend::{Flex, NdArray, Wgpu};
 use burn::tensor::{Tensor, TensorData, TensorPrimitive};
 use burn_backend::ops::{ConvOptions, ConvTransposeOptions, ModuleOps};
 use burn_backend::Backend;
@@ -31,7 +32,7 @@ const F32_TOLERANCE: f32 = 1e-4;
 /// kernel compilation and CubeCL matmul autotuning (10 to 20 s each from cold caches), so
 /// CI runs 12 (kernel path), 8 (transposed), 6 (fused wgpu, f16, bf16); [`assert_covers`] fails if a count is too
 /// small to reach every feature. `LEANBURN_CONV_CASES=300` runs the full sweep (about
-/// 20 minutes on 2 cores); the ndarray comparisons always run 300 and 100.
+/// 20 minutes on 2 cores); the CPU (`Flex`) comparisons always run 300 and 100.
 fn wgpu_cases(default: usize) -> usize {
     std::env::var("LEANBURN_CONV_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(default)
 }
@@ -199,8 +200,8 @@ fn kernel_path_matches_stock_burn_on_random_shapes() {
 }
 
 #[test]
-fn composed_path_on_ndarray_matches_stock_burn_on_300_random_shapes() {
-    compare_conv2d::<NdArray>(0x5eed_0002, 300, 64, &Default::default(), F32_TOLERANCE);
+fn composed_path_on_flex_matches_stock_burn_on_300_random_shapes() {
+    compare_conv2d::<Flex>(0x5eed_0002, 300, 64, &Default::default(), F32_TOLERANCE);
 }
 
 #[test]
@@ -282,7 +283,7 @@ fn conv_transpose2d_kernel_path_matches_stock_burn() {
 
 #[test]
 fn conv_transpose2d_composed_path_matches_stock_burn() {
-    compare_conv_transpose2d::<NdArray>(0x5eed_0007, 100, &Default::default());
+    compare_conv_transpose2d::<Flex>(0x5eed_0007, 100, &Default::default());
 }
 
 fn panic_message(result: std::thread::Result<impl Sized>) -> String {

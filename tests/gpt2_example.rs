@@ -69,6 +69,11 @@ fn both_modes_run_end_to_end_write_their_files_and_resume() {
     assert!(progress.contains("step     3: validation loss"), "progress without a terminal:\n{}", text(&full));
     let summary = String::from_utf8_lossy(&full.stdout);
     assert!(summary.contains("validation loss") && summary.contains("checkpoint of step 6"), "{}", text(&full));
+    // No device pool on the CPU: the summary and every record show host memory instead.
+    assert!(summary.contains("device memory: not available"), "{}", text(&full));
+    assert!(summary.contains("host memory (process resident): peak"), "{}", text(&full));
+    let metrics = fs::read_to_string(out.join("metrics-full.jsonl")).unwrap();
+    assert!(metrics.lines().all(|line| line.contains("\"host_memory\"")), "{metrics}");
 
     // Hybrid on the real CubeCL runtime, with a short warmup so that predict blocks happen.
     let hybrid = tiny_run(&out, &["--mode", "hybrid", "--steps", "12", "--warmup", "3"]);
@@ -181,14 +186,21 @@ fn a_precision_the_backend_lacks_is_refused_by_name() {
     // An earlier run that `--overwrite` would replace: a refused run must leave it alone.
     fs::create_dir_all(&out).unwrap();
     fs::write(out.join("metrics-hybrid.jsonl"), "earlier\n").unwrap();
-    let output = example()
-        .args(["--backend", "cpu", "--preset", "gpt2-tiny", "--steps", "2", "--precision", "bf16", "--overwrite"])
-        .arg("--out")
-        .arg(&out)
-        .output()
-        .unwrap();
-    assert_fails(&output, 2, "--precision: the backend cannot train in bf16");
+    // wgpu has no bf16.
+    let run_on = |backend: &str| {
+        example()
+            .args(["--backend", backend, "--allow-software", "--preset", "gpt2-tiny", "--steps", "2"])
+            .args(["--precision", "bf16", "--overwrite", "--out"])
+            .arg(&out)
+            .output()
+            .unwrap()
+    };
+    assert_fails(&run_on("wgpu"), 2, "--precision: the backend cannot train in bf16");
     assert_eq!(fs::read_to_string(out.join("metrics-hybrid.jsonl")).unwrap(), "earlier\n", "nothing overwritten");
+    // The control: the CPU backend (`Flex`) has bf16, so the same command trains there.
+    let cpu = run_on("cpu");
+    assert!(cpu.status.success(), "{}", text(&cpu));
+    assert_eq!(lines(&out.join("metrics-hybrid.jsonl")), 2, "{}", text(&cpu));
 }
 
 #[test]

@@ -5,9 +5,9 @@
 //!
 //! The task is learnable but not trivial (the class shifts the brightness of one colour
 //! channel under noise); every run starts from the same weights and sees the same batches,
-//! on the deterministic `NdArray` backend.
+//! on the deterministic `Flex` backend.
 
-use burn::backend::{Autodiff, NdArray};
+use burn::backend::{Autodiff, Flex};
 use burn::module::AutodiffModule;
 use burn::optim::AdamConfig;
 use burn::prelude::*;
@@ -18,7 +18,7 @@ use leanburn::trainer::{HybridConfig, HybridTrainer, LrSchedule};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
-type B = Autodiff<NdArray>;
+type B = Autodiff<Flex>;
 
 const STEPS: usize = 150;
 const BATCH: usize = 8;
@@ -80,11 +80,11 @@ fn train(
 #[test]
 fn hybrid_training_ends_within_two_percent_of_full_training() {
     let mut rng = SmallRng::seed_from_u64(7);
-    <NdArray as Backend>::seed(&Default::default(), 7);
+    <Flex as Backend>::seed(&Default::default(), 7);
     let data: Vec<_> = (0..STEPS).map(|_| batch(&mut rng, BATCH)).collect();
     let valid = batch(&mut rng, 256);
     let weights = BinBytesRecorder::<FullPrecisionSettings>::default()
-        .record(SmallCnnConfig::new().with_classes(CLASSES).init::<NdArray>(&Default::default()).into_record(), ())
+        .record(SmallCnnConfig::new().with_classes(CLASSES).init::<Flex>(&Default::default()).into_record(), ())
         .expect("serialise the initial weights");
 
     let (start, full, none, _) = train(HybridConfig::all_full(), &weights, &data, &valid);

@@ -31,7 +31,7 @@ type Cube = CubeBackend<WgpuRuntime, f32, i32, u32>;
 /// The initial weights, serialised once so every stack starts from the same values;
 /// seeded, so that every run starts from the same ones.
 fn initial_weights() -> Vec<u8> {
-    type Host = burn::backend::NdArray;
+    type Host = burn::backend::Flex;
     let device = Default::default();
     <Host as Backend>::seed(&device, 50);
     let model = SmallCnnConfig::new().with_classes(CLASSES).init::<Host>(&device);

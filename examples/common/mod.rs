@@ -18,6 +18,13 @@ use leanburn::trainer::{
 };
 use plotters::prelude::*;
 
+/// The training examples allocate through mimalloc. On the CPU backend a training step
+/// allocates and frees buffers of up to a hundred MiB (the logits), and glibc's malloc
+/// hands each back to the kernel and faults it in again, zeroed, the next step: a third of
+/// the step time at gpt2-mini 8 × 64 (docs/benchmarks.md, "The main job on the CPU").
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum Mode {
     Hybrid,
@@ -376,7 +383,11 @@ where
             last_loss.map_or("-".into(), |loss: f64| format!("{loss:.3}")),
             outcome.items_seen as f64 / outcome.train_seconds.max(1e-9),
             settings.item,
-            record.memory.map_or("".into(), |m| format!("in use {}", format_bytes(m.bytes_in_use as f64)))
+            match (record.memory, record.host_memory) {
+                (Some(m), _) => format!("in use {}", format_bytes(m.bytes_in_use as f64)),
+                (None, Some(h)) => format!("host {}", format_bytes(h.resident as f64)),
+                (None, None) => String::new(),
+            }
         ));
         progress.inc(1);
         outcome.records.push(record);
@@ -438,6 +449,14 @@ pub fn summary(title: &str, stats: &TrainerStatistics, outcome: &LoopOutcome, fi
         text += &format!("memory pool: {}\n", outcome.pool.verdict());
     } else {
         text += "device memory: not available on this backend (no device pool to read)\n";
+        let final_resident = outcome.records.iter().rev().find_map(|r| r.host_memory).map(|m| m.resident);
+        if let (Some(peak), Some(last)) = (stats.peak_resident_bytes, final_resident) {
+            text += &format!(
+                "host memory (process resident): peak {}, final {}\n",
+                format_bytes(peak as f64),
+                format_bytes(last as f64)
+            );
+        }
     }
     text += &match &outcome.last_checkpoint {
         Some((step, path)) => format!("checkpoint of step {step}: {} (continue with --resume)\n", path.display()),
@@ -452,7 +471,10 @@ struct Curves {
     mode: &'static str,
     train: Vec<(f64, f64)>,
     validation: Vec<(f64, f64)>,
+    /// Device memory in use, where the backend has a pool.
     memory_mib: Vec<(f64, f64)>,
+    /// The process's resident memory, where it has none (host RAM).
+    host_mib: Vec<(f64, f64)>,
 }
 
 fn read_curves(out: &Path, mode: Mode) -> Option<Curves> {
@@ -478,11 +500,16 @@ fn read_curves(out: &Path, mode: Mode) -> Option<Curves> {
             .iter()
             .filter_map(|r| r.memory.map(|m| (r.step as f64 + 1.0, m.bytes_in_use as f64 / (1 << 20) as f64)))
             .collect(),
+        host_mib: records
+            .iter()
+            .filter_map(|r| r.host_memory.map(|m| (r.step as f64 + 1.0, m.resident as f64 / (1 << 20) as f64)))
+            .collect(),
     })
     .filter(|c| !c.train.is_empty())
 }
 
-/// Loss (top) and device memory (bottom) against step for every mode that has run in
+/// Loss (top) and memory (bottom: device memory in use, or the process's resident memory
+/// where the backend has no pool) against step for every mode that has run in
 /// `out`, written as SVG to `path`; returns the modes drawn.
 pub fn write_plot(out: &Path, path: &Path, model: &str) -> Result<Vec<&'static str>, Box<dyn std::error::Error>> {
     let runs: Vec<Curves> = [Mode::Hybrid, Mode::Full].into_iter().filter_map(|m| read_curves(out, m)).collect();
@@ -492,7 +519,12 @@ pub fn write_plot(out: &Path, path: &Path, model: &str) -> Result<Vec<&'static s
     let max_step = runs.iter().flat_map(|r| r.train.iter().map(|p| p.0)).fold(1.0, f64::max);
     let losses = runs.iter().flat_map(|r| r.train.iter().chain(&r.validation).map(|p| p.1));
     let (low, high) = losses.fold((f64::MAX, f64::MIN), |(lo, hi), l| (lo.min(l), hi.max(l)));
-    let max_mib = runs.iter().flat_map(|r| r.memory_mib.iter().map(|p| p.1)).fold(1.0, f64::max);
+    // Device memory where any run has it; otherwise the process's resident memory, labelled
+    // as host memory (the two are never drawn on one axis).
+    let has_device = runs.iter().any(|r| !r.memory_mib.is_empty());
+    let has_host = runs.iter().any(|r| !r.host_mib.is_empty());
+    let memory = |run: &Curves| if has_device { run.memory_mib.clone() } else { run.host_mib.clone() };
+    let max_mib = runs.iter().flat_map(|r| memory(r).into_iter().map(|p| p.1)).fold(1.0, f64::max);
 
     let root = SVGBackend::new(path, (900, 700)).into_drawing_area();
     root.fill(&WHITE)?;
@@ -504,9 +536,11 @@ pub fn write_plot(out: &Path, path: &Path, model: &str) -> Result<Vec<&'static s
         .y_label_area_size(50)
         .build_cartesian_2d(0.0..max_step, (low * 0.95)..(high * 1.02))?;
     loss_chart.configure_mesh().x_desc("step").y_desc("loss").draw()?;
-    let has_memory = runs.iter().any(|r| !r.memory_mib.is_empty());
-    let memory_caption =
-        if has_memory { "device memory in use (MiB)" } else { "device memory in use: not available on this backend" };
+    let memory_caption = match (has_device, has_host) {
+        (true, _) => "device memory in use (MiB)",
+        (false, true) => "host memory, process resident (MiB); no device pool on this backend",
+        (false, false) => "device memory in use: not available on this backend",
+    };
     let mut memory_chart = ChartBuilder::on(&bottom)
         .caption(memory_caption, ("sans-serif", 16))
         .margin(10)
@@ -526,7 +560,7 @@ pub fn write_plot(out: &Path, path: &Path, model: &str) -> Result<Vec<&'static s
             .label(format!("{} validation", run.mode))
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], colour.stroke_width(2)));
         memory_chart
-            .draw_series(LineSeries::new(run.memory_mib.iter().copied(), colour))?
+            .draw_series(LineSeries::new(memory(run), colour))?
             .label(run.mode)
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], colour));
     }

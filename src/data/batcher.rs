@@ -191,12 +191,12 @@ impl<B: AutodiffBackend> HybridBatch<B> for TokenBatch<B> {
 
 #[cfg(test)]
 mod tests {
-    use burn::backend::ndarray::NdArrayDevice;
-    use burn::backend::{Autodiff, NdArray};
+    use burn::backend::flex::FlexDevice;
+    use burn::backend::{Autodiff, Flex};
 
     use super::*;
 
-    const DEVICE: NdArrayDevice = NdArrayDevice::Cpu;
+    const DEVICE: FlexDevice = FlexDevice;
 
     fn count(n: u32) -> Vec<u32> {
         (0..n).collect()
@@ -299,12 +299,12 @@ mod tests {
     #[test]
     fn to_device_keeps_shape_and_values() {
         let host = WindowSampler::new(3, 5, 1).expect("sampler").sample(&count(100), Split::Train).expect("sample");
-        let device: TokenBatch<NdArray> = host.to_device(&DEVICE);
+        let device: TokenBatch<Flex> = host.to_device(&DEVICE);
         assert_eq!(device.inputs.dims(), [3, 5]);
         assert_eq!(device.targets.dims(), [3, 5]);
         assert_eq!(device.tokens(), 15);
         let read =
-            |tensor: Tensor<NdArray, 2, Int>| tensor.into_data().convert::<i64>().to_vec::<i64>().expect("i64 data");
+            |tensor: Tensor<Flex, 2, Int>| tensor.into_data().convert::<i64>().to_vec::<i64>().expect("i64 data");
         assert_eq!(read(device.inputs), host.inputs());
         assert_eq!(read(device.targets), host.targets());
     }
@@ -312,9 +312,9 @@ mod tests {
     #[test]
     fn a_hybrid_batch_counts_tokens_and_moves_to_the_inner_backend() {
         let host = evaluation_windows(&count(100), 2, 6, 1).remove(0);
-        let batch: TokenBatch<Autodiff<NdArray>> = host.clone().into_device(&DEVICE);
+        let batch: TokenBatch<Autodiff<Flex>> = host.clone().into_device(&DEVICE);
         assert_eq!(HybridBatch::items(&batch), 12);
-        let inner: TokenBatch<NdArray> = batch.into_inner();
+        let inner: TokenBatch<Flex> = batch.into_inner();
         assert_eq!(inner.inputs.dims(), [2, 6]);
         let values = inner.targets.into_data().convert::<i64>().to_vec::<i64>().expect("i64 data");
         assert_eq!(values, host.targets());

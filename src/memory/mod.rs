@@ -4,6 +4,7 @@
 //! it grows. What tells a leak from a warm pool is `bytes_in_use` (live allocations),
 //! sampled every step and fitted for a slope; that is what [`LeakDetector`] does.
 
+mod host;
 mod leak;
 mod monitor;
 mod pool_health;
@@ -11,6 +12,7 @@ mod probe;
 mod report;
 mod tracker;
 
+pub use host::{host_memory, HostMemory};
 pub use leak::{LeakDetector, LeakReport, LeakVerdict};
 pub use monitor::MemoryMonitor;
 pub use pool_health::{PoolHealth, PoolVerdict, DEFAULT_BLOAT_RATIO, DEFAULT_MIN_EXCESS, DEFAULT_PATIENCE};

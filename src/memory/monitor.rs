@@ -1,6 +1,6 @@
 //! Per-step sampling of one device: peak tracking and leak detection together.
 
-use super::{LeakDetector, MemoryProbe, MemoryReport, MemorySample, PeakTracker, PoolHealth};
+use super::{host_memory, HostMemory, LeakDetector, MemoryProbe, MemoryReport, MemorySample, PeakTracker, PoolHealth};
 
 /// Samples one device's pool, feeding a [`PeakTracker`], a [`LeakDetector`] and a
 /// [`PoolHealth`] watcher.
@@ -12,6 +12,7 @@ pub struct MemoryMonitor<B: MemoryProbe> {
     leak: LeakDetector,
     pool: PoolHealth,
     first: Option<MemorySample>,
+    host: Option<HostMemory>,
 }
 
 impl<B: MemoryProbe> MemoryMonitor<B> {
@@ -21,12 +22,16 @@ impl<B: MemoryProbe> MemoryMonitor<B> {
     }
 
     pub fn with_detector(device: B::Device, leak: LeakDetector) -> Self {
-        Self { device, peak: PeakTracker::new(), leak, pool: PoolHealth::default(), first: None }
+        Self { device, peak: PeakTracker::new(), leak, pool: PoolHealth::default(), first: None, host: None }
     }
 
     /// Reads the pool now and records it as `step`; `None` where memory cannot be read.
+    /// Without a pool, the process's resident memory is read instead, for the report.
     pub fn sample(&mut self, step: u64) -> Option<MemorySample> {
-        let sample = B::memory_sample(&self.device)?;
+        let Some(sample) = B::memory_sample(&self.device) else {
+            self.host = host_memory();
+            return None;
+        };
         self.peak.observe(sample);
         self.leak.record(step, sample.bytes_in_use);
         self.pool.observe(sample);
@@ -71,6 +76,28 @@ impl<B: MemoryProbe> MemoryMonitor<B> {
             peak_reserved: self.peak.peak_reserved(),
             leak: (self.first.is_some()).then(|| self.leak.report()),
             pool: self.pool.verdict(),
+            host: self.host,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use burn::backend::flex::FlexDevice;
+    use burn::backend::Flex;
+
+    use super::*;
+
+    #[test]
+    fn without_a_pool_the_report_shows_host_memory_only() {
+        let mut monitor = MemoryMonitor::<Flex>::new(FlexDevice, 8);
+        assert_eq!(monitor.report().host, None, "nothing read yet");
+        assert_eq!(monitor.sample(0), None, "no device pool on the CPU");
+        let report = monitor.report();
+        assert_eq!(report.current, None);
+        assert_eq!(report.host.is_some(), host_memory().is_some(), "{report:?}");
+        if let Some(host) = report.host {
+            assert!(host.resident > 0 && host.peak_resident >= host.resident, "{host:?}");
         }
     }
 }

@@ -1,7 +1,7 @@
 //! Reading the device memory pool of a backend, through every wrapper around it.
 
 use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
-use burn::backend::{Autodiff, NdArray};
+use burn::backend::{Autodiff, Flex, NdArray};
 use burn::tensor::backend::Backend;
 use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElement};
 use burn_fusion::{Fusion, FusionBackend};
@@ -88,6 +88,14 @@ impl<B: MemoryProbe, C: CheckpointStrategy> MemoryProbe for Autodiff<B, C> {
 }
 
 impl MemoryProbe for NdArray {
+    fn memory_sample(_device: &Self::Device) -> Option<MemorySample> {
+        None
+    }
+
+    fn release_unused(_device: &Self::Device) {}
+}
+
+impl MemoryProbe for Flex {
     fn memory_sample(_device: &Self::Device) -> Option<MemorySample> {
         None
     }

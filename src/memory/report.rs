@@ -4,7 +4,7 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-use super::{format_bytes, LeakReport, MemorySample, PoolVerdict};
+use super::{format_bytes, HostMemory, LeakReport, MemorySample, PoolVerdict};
 
 /// A summary of what a [`MemoryMonitor`](super::MemoryMonitor) saw. `Display` prints it
 /// as a table; it also serialises for JSON logs.
@@ -22,6 +22,10 @@ pub struct MemoryReport {
     /// Whether the pool has kept far more reserved than in use for long (fragmentation,
     /// or a past peak never trimmed).
     pub pool: PoolVerdict,
+    /// The process's resident memory at the last sample, where the backend has no device
+    /// pool (host RAM: shown apart, never as device memory).
+    #[serde(default)]
+    pub host: Option<HostMemory>,
 }
 
 impl MemoryReport {
@@ -35,7 +39,16 @@ impl fmt::Display for MemoryReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(f, "memory report: {}", self.backend)?;
         let Some(current) = self.current else {
-            return writeln!(f, "  device memory: not available on this backend");
+            writeln!(f, "  device memory: not available on this backend")?;
+            if let Some(host) = self.host {
+                writeln!(
+                    f,
+                    "  host memory (process resident): current {}, peak {}",
+                    format_bytes(host.resident as f64),
+                    format_bytes(host.peak_resident as f64)
+                )?;
+            }
+            return Ok(());
         };
         let bytes = |b: Option<u64>| b.map_or_else(|| "-".to_string(), |b| format_bytes(b as f64));
         writeln!(f, "  {:<20}{:>14}{:>14}{:>14}", "", "first", "current", "peak")?;
@@ -83,17 +96,24 @@ mod tests {
     #[test]
     fn unavailable_memory_is_said_not_zeroed() {
         let report = MemoryReport {
-            backend: "ndarray".into(),
+            backend: "flex".into(),
             first: None,
             current: None,
             peak_in_use: None,
             peak_reserved: None,
             leak: None,
             pool: PoolVerdict::Unknown,
+            host: None,
         };
         let text = report.to_string();
         assert!(text.contains("not available"), "{text}");
         assert!(!text.contains(" 0 B"), "{text}");
+        assert!(!text.contains("host memory"), "{text}");
+
+        let host = Some(HostMemory { resident: 3 << 20, peak_resident: 5 << 20 });
+        let text = MemoryReport { host, ..report }.to_string();
+        assert!(text.contains("device memory: not available"), "{text}");
+        assert!(text.contains("host memory (process resident): current 3.00 MiB, peak 5.00 MiB"), "{text}");
     }
 
     #[test]
@@ -113,6 +133,7 @@ mod tests {
                 verdict: LeakVerdict::Flat,
             }),
             pool: PoolVerdict::Healthy,
+            host: None,
         };
         let text = report.to_string();
         assert!(text.contains("2.00 KiB"), "{text}");

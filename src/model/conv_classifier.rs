@@ -164,19 +164,19 @@ impl<B: Backend> InferenceStep for ConvClassifier<B> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use burn::backend::NdArray;
+    use burn::backend::Flex;
     use burn::module::AutodiffModule;
     use burn::tensor::Distribution;
 
-    type B = burn::backend::Autodiff<NdArray>;
+    type B = burn::backend::Autodiff<Flex>;
 
     #[test]
     fn each_block_halves_the_resolution_and_the_head_sees_the_last_width() {
         let device = Default::default();
         let config = ConvClassifierConfig::new().with_widths(vec![4, 6]).with_classes(5);
         assert_eq!(config.min_resolution(), 4);
-        let model = config.init::<NdArray>(&device);
-        let images = Tensor::<NdArray, 4>::random([2, 3, 12, 12], Distribution::Normal(0.0, 1.0), &device);
+        let model = config.init::<Flex>(&device);
+        let images = Tensor::<Flex, 4>::random([2, 3, 12, 12], Distribution::Normal(0.0, 1.0), &device);
         assert_eq!(model.blocks[0].forward(images.clone()).dims(), [2, 4, 6, 6]);
         assert_eq!(model.forward(images).dims(), [2, 5]);
         // conv 3·3·3·4 + bn 2·4 + conv 4·3·3·6 + bn 2·6 + head 6·5+5, plus batch norm's
@@ -188,12 +188,13 @@ mod tests {
     fn evaluation_counts_correct_predictions() {
         let device = Default::default();
         let model = ConvClassifierConfig::new().with_widths(vec![4]).init::<B>(&device).valid();
-        let images = Tensor::<NdArray, 4>::random([6, 3, 8, 8], Distribution::Normal(0.0, 1.0), &device);
-        let predicted: Vec<i64> = model.forward(images.clone()).argmax(1).reshape([6]).into_data().to_vec().unwrap();
+        let images = Tensor::<Flex, 4>::random([6, 3, 8, 8], Distribution::Normal(0.0, 1.0), &device);
+        let predicted: Vec<i64> =
+            model.forward(images.clone()).argmax(1).reshape([6]).into_data().convert::<i64>().to_vec().unwrap();
         // Labels equal to the predictions in the first four examples, wrong in the last two.
         let labels: Vec<i64> =
             predicted.iter().enumerate().map(|(i, &p)| if i < 4 { p } else { (p + 1) % 4 }).collect();
-        let labels = Tensor::<NdArray, 1, Int>::from_data(TensorData::new(labels, [6]), &device);
+        let labels = Tensor::<Flex, 1, Int>::from_data(TensorData::new(labels, [6]), &device);
         let evaluation = model.evaluate([(images, labels)]);
         assert_eq!(evaluation.examples, 6);
         assert!((evaluation.accuracy - 4.0 / 6.0).abs() < 1e-12, "{evaluation:?}");

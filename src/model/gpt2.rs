@@ -425,9 +425,9 @@ impl<B: Backend> InferenceStep for Gpt2<B> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use burn::backend::{Autodiff, NdArray};
+    use burn::backend::{Autodiff, Flex};
 
-    type Cpu = NdArray<f32>;
+    type Cpu = Flex;
 
     #[test]
     fn gpt2_small_has_the_published_parameter_count() {

@@ -116,11 +116,11 @@ fn negative_log_likelihood<B: Backend>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use burn::backend::{Autodiff, NdArray};
+    use burn::backend::{Autodiff, Flex};
     use burn::nn::loss::CrossEntropyLossConfig;
     use burn::tensor::{Distribution, Tolerance};
 
-    type Cpu = NdArray<f32>;
+    type Cpu = Flex;
     type Ad = Autodiff<Cpu>;
 
     fn case(tokens: usize, d: usize, vocab: usize, seed: u64) -> (Tensor<Cpu, 2>, Tensor<Cpu, 2>, Tensor<Cpu, 1, Int>) {

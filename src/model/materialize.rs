@@ -23,18 +23,18 @@ impl<B: Backend> ModuleMapper<B> for Materializer {}
 #[cfg(test)]
 mod tests {
     use super::*;
-    use burn::backend::NdArray;
+    use burn::backend::Flex;
     use burn::nn::LinearConfig;
 
     #[test]
     fn clones_of_a_materialized_module_have_the_same_weights() {
         let device = Default::default();
-        let lazy = LinearConfig::new(8, 8).init::<NdArray>(&device);
+        let lazy = LinearConfig::new(8, 8).init::<Flex>(&device);
         let copy = lazy.clone();
         // The trap: the clone initialises on its own.
         assert_ne!(lazy.weight.val().into_data(), copy.weight.val().into_data());
 
-        let eager = materialize(LinearConfig::new(8, 8).init::<NdArray>(&device));
+        let eager = materialize(LinearConfig::new(8, 8).init::<Flex>(&device));
         let copy = eager.clone();
         assert_eq!(eager.weight.val().into_data(), copy.weight.val().into_data());
     }

@@ -38,8 +38,8 @@ pub enum BackendKind {
     /// Any Vulkan/Metal adapter through CubeCL's wgpu runtime, software ones included.
     #[value(alias = "vulkan")]
     Wgpu,
-    /// The `ndarray` CPU backend.
-    #[value(alias = "ndarray")]
+    /// Burn's `flex` CPU backend (pure Rust, SIMD, multi-threaded through rayon).
+    #[value(alias = "flex")]
     Cpu,
 }
 
@@ -171,7 +171,7 @@ impl fmt::Display for Selection {
             #[cfg(feature = "cuda")]
             Chosen::Cuda { ordinal } => write!(f, "backend cuda, device {ordinal}")?,
             Chosen::Wgpu { adapter, .. } => write!(f, "backend wgpu, adapter {adapter}")?,
-            Chosen::Cpu => f.write_str("backend cpu (ndarray)")?,
+            Chosen::Cpu => f.write_str("backend cpu (flex)")?,
         }
         write!(f, " (requested: {}; {})", self.requested, self.reason)
     }
@@ -277,7 +277,8 @@ mod tests {
         assert_eq!("CUDA".parse::<BackendKind>(), Ok(BackendKind::Cuda));
         assert_eq!(" wgpu ".parse::<BackendKind>(), Ok(BackendKind::Wgpu));
         assert_eq!("vulkan".parse::<BackendKind>(), Ok(BackendKind::Wgpu));
-        assert_eq!("ndarray".parse::<BackendKind>(), Ok(BackendKind::Cpu));
+        assert_eq!("flex".parse::<BackendKind>(), Ok(BackendKind::Cpu));
+        assert!("ndarray".parse::<BackendKind>().is_err(), "ndarray is not a backend choice any more");
         assert_eq!("auto".parse::<BackendKind>(), Ok(BackendKind::Auto));
     }
 

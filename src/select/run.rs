@@ -1,8 +1,8 @@
 //! Running one generic job on whichever backend was selected.
 
 use burn::backend::autodiff::checkpoint::strategy::BalancedCheckpointing;
-use burn::backend::ndarray::NdArrayDevice;
-use burn::backend::{Autodiff, NdArray, Wgpu};
+use burn::backend::flex::FlexDevice;
+use burn::backend::{Autodiff, Flex, Wgpu};
 use burn::tensor::backend::AutodiffBackend;
 
 use super::{Chosen, Selection};
@@ -26,7 +26,7 @@ pub type CudaStack = Autodiff<burn::backend::Cuda>;
 /// The stack used for the wgpu choice.
 pub type WgpuStack = Autodiff<Wgpu>;
 /// The stack used for the CPU choice.
-pub type CpuStack = Autodiff<NdArray>;
+pub type CpuStack = Autodiff<Flex>;
 
 /// The `Lean` stack for the CUDA choice: leanburn's kernels on the unfused CubeCL backend.
 #[cfg(feature = "cuda")]
@@ -34,7 +34,7 @@ pub type LeanCudaStack = Autodiff<Lean<burn_cubecl::CubeBackend<cubecl::cuda::Cu
 /// The `Lean` stack for the wgpu choice: leanburn's kernels on the unfused CubeCL backend.
 pub type LeanWgpuStack = Autodiff<Lean<burn_cubecl::CubeBackend<burn::backend::wgpu::WgpuRuntime, f32, i32, u32>>>;
 /// The `Lean` stack for the CPU choice (composed convolutions).
-pub type LeanCpuStack = Autodiff<Lean<NdArray>>;
+pub type LeanCpuStack = Autodiff<Lean<Flex>>;
 
 /// The CUDA stack with activation checkpointing.
 #[cfg(feature = "cuda")]
@@ -42,7 +42,7 @@ pub type CudaCheckpointedStack = Autodiff<burn::backend::Cuda, BalancedCheckpoin
 /// The wgpu stack with activation checkpointing.
 pub type WgpuCheckpointedStack = Autodiff<Wgpu, BalancedCheckpointing>;
 /// The CPU stack with activation checkpointing.
-pub type CpuCheckpointedStack = Autodiff<NdArray, BalancedCheckpointing>;
+pub type CpuCheckpointedStack = Autodiff<Flex, BalancedCheckpointing>;
 /// The `Lean` CUDA stack with activation checkpointing.
 #[cfg(feature = "cuda")]
 pub type LeanCudaCheckpointedStack =
@@ -51,7 +51,7 @@ pub type LeanCudaCheckpointedStack =
 pub type LeanWgpuCheckpointedStack =
     Autodiff<Lean<burn_cubecl::CubeBackend<burn::backend::wgpu::WgpuRuntime, f32, i32, u32>>, BalancedCheckpointing>;
 /// The `Lean` CPU stack with activation checkpointing.
-pub type LeanCpuCheckpointedStack = Autodiff<Lean<NdArray>, BalancedCheckpointing>;
+pub type LeanCpuCheckpointedStack = Autodiff<Lean<Flex>, BalancedCheckpointing>;
 
 /// Whether the autodiff backend keeps every activation the backward pass needs, or
 /// recomputes the cheap ones.
@@ -86,7 +86,7 @@ impl Selection {
             #[cfg(feature = "cuda")]
             Chosen::Cuda { ordinal } => job.run::<CudaStack>(burn::backend::cuda::CudaDevice::new(*ordinal)),
             Chosen::Wgpu { device, .. } => job.run::<WgpuStack>(device.clone()),
-            Chosen::Cpu => job.run::<CpuStack>(NdArrayDevice::Cpu),
+            Chosen::Cpu => job.run::<CpuStack>(FlexDevice),
         }
     }
 
@@ -101,7 +101,7 @@ impl Selection {
                 job.run::<CudaCheckpointedStack>(burn::backend::cuda::CudaDevice::new(*ordinal))
             }
             Chosen::Wgpu { device, .. } => job.run::<WgpuCheckpointedStack>(device.clone()),
-            Chosen::Cpu => job.run::<CpuCheckpointedStack>(NdArrayDevice::Cpu),
+            Chosen::Cpu => job.run::<CpuCheckpointedStack>(FlexDevice),
         }
     }
 
@@ -116,7 +116,7 @@ impl Selection {
                 job.run::<LeanCudaCheckpointedStack>(burn::backend::cuda::CudaDevice::new(*ordinal))
             }
             Chosen::Wgpu { device, .. } => job.run::<LeanWgpuCheckpointedStack>(device.clone()),
-            Chosen::Cpu => job.run::<LeanCpuCheckpointedStack>(NdArrayDevice::Cpu),
+            Chosen::Cpu => job.run::<LeanCpuCheckpointedStack>(FlexDevice),
         }
     }
 
@@ -127,7 +127,7 @@ impl Selection {
             #[cfg(feature = "cuda")]
             Chosen::Cuda { ordinal } => job.run::<LeanCudaStack>(burn::backend::cuda::CudaDevice::new(*ordinal)),
             Chosen::Wgpu { device, .. } => job.run::<LeanWgpuStack>(device.clone()),
-            Chosen::Cpu => job.run::<LeanCpuStack>(NdArrayDevice::Cpu),
+            Chosen::Cpu => job.run::<LeanCpuStack>(FlexDevice),
         }
     }
 }

@@ -26,7 +26,7 @@ pub enum PredictorPrecision {
     Full,
     /// IEEE half precision, cast back to the parameters' type whenever it is used. Halves
     /// the predictor's memory; needs a backend that supports `f16` tensors (CUDA does;
-    /// `NdArray` does not, and wgpu only on adapters with `shader-f16`).
+    /// `Flex` does, `NdArray` does not, wgpu only on adapters with `shader-f16`).
     Half,
 }
 

@@ -50,7 +50,7 @@ pub enum TrainerError {
         got: usize,
     },
     /// The backend cannot compute in the precision asked for (say bf16 on wgpu, or
-    /// anything but f32 on ndarray).
+    /// anything but f32 on `NdArray`).
     #[error("the backend cannot train in {precision} on this device; use a precision it supports (f32 always works)")]
     UnsupportedPrecision {
         /// The precision asked for.

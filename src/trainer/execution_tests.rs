@@ -1,5 +1,5 @@
 //! Gradient accumulation and deferred loss reads, end to end on the regressor of
-//! [`tests`](super::tests) (`Autodiff<NdArray>`: deterministic).
+//! [`tests`](super::tests) (`Autodiff<Flex>`: deterministic).
 
 use burn::tensor::{Tensor, TensorData};
 
@@ -96,10 +96,13 @@ fn the_loss_is_read_every_n_steps_as_the_mean_of_its_window() {
             let mean = window.iter().sum::<f64>() / window.len() as f64;
             let read = d.loss.expect("a reading step");
             assert!((read - mean).abs() <= 1e-6 * mean.abs().max(1.0), "step {step}: {read} vs {mean}");
-            assert!(d.memory.is_none(), "ndarray has no pool to read");
+            assert!(d.memory.is_none(), "the CPU backend has no pool to read");
+            let readable = crate::memory::host_memory().is_some();
+            assert_eq!(d.host_memory.is_some(), readable, "its host memory is read instead, where readable");
             window.clear();
         } else {
             assert_eq!(d.loss, None, "step {step} should leave its loss on the device");
+            assert!(d.host_memory.is_none(), "step {step}: no reading between syncs");
         }
     }
     // Reading less often changes nothing about the training itself.

@@ -365,6 +365,7 @@ where
             self.trim();
         }
         let memory = if synced { B::memory_sample(&self.device) } else { None };
+        let host_memory = if synced && memory.is_none() { crate::memory::host_memory() } else { None };
 
         let record = StepRecord {
             step: self.state.step,
@@ -376,6 +377,7 @@ where
             items,
             items_per_second: if seconds > 0.0 { items as f64 / seconds } else { 0.0 },
             memory,
+            host_memory,
             predicted: phase == Phase::Predict,
             rolled_back: outcome.rolled_back,
             scale: self.state.scale,

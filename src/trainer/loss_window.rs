@@ -45,15 +45,15 @@ impl<B: Backend> LossWindow<B> {
 
 #[cfg(test)]
 mod tests {
-    use burn::backend::ndarray::NdArrayDevice;
-    use burn::backend::NdArray;
+    use burn::backend::flex::FlexDevice;
+    use burn::backend::Flex;
 
     use super::*;
 
     #[test]
     fn reads_the_mean_of_the_window_and_starts_again() {
-        let device = NdArrayDevice::Cpu;
-        let mut window = LossWindow::<NdArray>::default();
+        let device = FlexDevice;
+        let mut window = LossWindow::<Flex>::default();
         assert_eq!(window.read(), None);
         for loss in [1.0f32, 2.0, 6.0] {
             window.push(Tensor::from_floats([loss], &device));

@@ -202,17 +202,17 @@ pub fn alignment<B: Backend>(actual: &ParamUpdates<B>, predicted: &ParamUpdates<
 #[cfg(test)]
 mod tests {
     use super::*;
-    use burn::backend::ndarray::NdArrayDevice;
-    use burn::backend::{Autodiff, NdArray};
+    use burn::backend::flex::FlexDevice;
+    use burn::backend::{Autodiff, Flex};
     use burn::module::AutodiffModule;
     use burn::nn::{Linear, LinearConfig};
     use burn::tensor::TensorData;
 
-    type Inner = NdArray;
-    type Train = Autodiff<NdArray>;
+    type Inner = Flex;
+    type Train = Autodiff<Flex>;
 
     fn linear() -> Linear<Train> {
-        LinearConfig::new(3, 2).init(&NdArrayDevice::Cpu)
+        LinearConfig::new(3, 2).init(&FlexDevice)
     }
 
     fn values<const D: usize>(tensor: Tensor<Inner, D>) -> Vec<f32> {
@@ -232,7 +232,7 @@ mod tests {
 
     #[test]
     fn applies_a_scaled_update_and_keeps_ids_and_require_grad() {
-        let device = NdArrayDevice::Cpu;
+        let device = FlexDevice;
         let model = linear();
         let before = collect(&model.valid());
         let id = model.weight.id;
@@ -255,7 +255,7 @@ mod tests {
 
     #[test]
     fn differences_recover_the_update() {
-        let device = NdArrayDevice::Cpu;
+        let device = FlexDevice;
         let model = linear();
         let before = collect(&model.valid());
         let mut updates = ParamUpdates::<Inner>::new();
@@ -277,7 +277,7 @@ mod tests {
 
     #[test]
     fn alignment_of_parallel_opposite_and_scaled_updates() {
-        let device = NdArrayDevice::Cpu;
+        let device = FlexDevice;
         let id_a = ParamId::from(1);
         let id_b = ParamId::from(2);
         let map = |a: Vec<f32>, b: Vec<f32>| {

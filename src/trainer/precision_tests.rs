@@ -1,6 +1,6 @@
 //! Loss scaling end to end on the regressor of [`tests`](super::tests)
-//! (`Autodiff<NdArray>`, which computes in f32 only: the scaler runs on f32 here; f16 on a
-//! GPU-class backend is tested in `tests/vram_stability/precision.rs`).
+//! (`Autodiff<Flex>`; the scaler runs on f32 here, f16 on a GPU-class backend is tested in
+//! `tests/vram_stability/precision.rs`).
 
 use burn::tensor::{Tensor, TensorData};
 
@@ -76,11 +76,26 @@ fn hybrid_steps_run_with_loss_scaling() {
 
 #[test]
 fn a_precision_the_backend_lacks_is_refused_by_name() {
+    use burn::backend::ndarray::NdArrayDevice;
+    use burn::backend::{Autodiff, NdArray};
+    type F32Only = Autodiff<NdArray>;
+    let device = NdArrayDevice::Cpu;
     for precision in [Precision::F16, Precision::Bf16] {
-        let error =
-            sgd_trainer(config()).with_precision(PrecisionConfig::new(precision)).err().expect("ndarray is f32 only");
+        let model = super::tests::Regressor::<F32Only>::new(&device);
+        let lr = LrSchedule::Constant { lr: 0.05 };
+        let trainer = HybridTrainer::<F32Only, _, _, (Tensor<F32Only, 2>, Tensor<F32Only, 2>)>::new(
+            model,
+            burn::optim::SgdConfig::new().init(),
+            config(),
+            lr,
+            device,
+        )
+        .expect("valid configuration");
+        let error = trainer.with_precision(PrecisionConfig::new(precision)).err().expect("ndarray is f32 only");
         assert!(matches!(error, TrainerError::UnsupportedPrecision { .. }), "{error}");
         assert!(error.to_string().contains(precision.name()), "{error}");
+        // The control: the default CPU backend has both half types.
+        assert!(sgd_trainer(config()).with_precision(PrecisionConfig::new(precision)).is_ok(), "{precision}");
     }
     let bad = PrecisionConfig::new(Precision::F32)
         .with_loss_scale(Some(LossScaleConfig { growth_factor: 0.5, ..LossScaleConfig::default() }));

@@ -1,7 +1,7 @@
-//! The trainer end to end on a tiny linear regression, on `Autodiff<NdArray>`.
+//! The trainer end to end on a tiny linear regression, on `Autodiff<Flex>`.
 
-use burn::backend::ndarray::NdArrayDevice;
-use burn::backend::{Autodiff, NdArray};
+use burn::backend::flex::FlexDevice;
+use burn::backend::{Autodiff, Flex};
 use burn::module::Module;
 use burn::nn::loss::{MseLoss, Reduction};
 use burn::nn::{Linear, LinearConfig};
@@ -13,10 +13,10 @@ use burn::train::{InferenceStep, RegressionOutput, TrainOutput, TrainStep};
 use super::params::collect;
 use super::*;
 
-pub(super) type Train = Autodiff<NdArray>;
+pub(super) type Train = Autodiff<Flex>;
 pub(super) type Batch = (Tensor<Train, 2>, Tensor<Train, 2>);
 
-pub(super) const DEVICE: NdArrayDevice = NdArrayDevice::Cpu;
+pub(super) const DEVICE: FlexDevice = FlexDevice;
 pub(super) const ROWS: usize = 8;
 const FEATURES: usize = 4;
 
@@ -26,7 +26,7 @@ pub(super) struct Regressor<B: Backend> {
 }
 
 impl<B: Backend> Regressor<B> {
-    fn new(device: &B::Device) -> Self {
+    pub(super) fn new(device: &B::Device) -> Self {
         Self { linear: LinearConfig::new(FEATURES, 1).init(device) }
     }
 

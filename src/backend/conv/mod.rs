@@ -12,7 +12,7 @@ mod cube;
 pub(crate) mod forward;
 pub(crate) mod transpose;
 
-use burn::backend::NdArray;
+use burn::backend::{Flex, NdArray};
 use burn_backend::ops::ConvOptions;
 use burn_backend::tensor::FloatTensor;
 use burn_backend::Backend;
@@ -57,6 +57,8 @@ pub trait ChunkedConv: Backend {
 impl<B: FusionBackend> ChunkedConv for Fusion<B> {}
 
 impl ChunkedConv for NdArray {}
+
+impl ChunkedConv for Flex {}
 
 /// The geometry of `conv2d(x, weight)`, or a panic with the reason, like Burn's own checks.
 pub(crate) fn conv_geometry(

@@ -157,11 +157,11 @@ impl<B: AutodiffBackend> ModuleVisitor<B> for ToMaster<B::InnerBackend> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use burn::backend::{Autodiff, NdArray};
+    use burn::backend::{Autodiff, Flex};
     use burn::nn::{Linear, LinearConfig};
     use burn::tensor::{DType, Distribution};
 
-    type B = Autodiff<NdArray>;
+    type B = Autodiff<Flex>;
 
     #[test]
     fn the_compute_copy_trains_under_the_master_ids_and_gradients_come_back_unscaled() {
@@ -175,8 +175,8 @@ mod tests {
         let back = master_gradients::<B, _>(&master, GradientsParams::from_grads(scaled, &compute), 1024.0);
 
         let id = master.weight.id;
-        let expected = plain.get::<NdArray, 2>(id).expect("a weight gradient").into_data();
-        let got = back.grads.get::<NdArray, 2>(id).expect("the gradient under the master's id");
+        let expected = plain.get::<Flex, 2>(id).expect("a weight gradient").into_data();
+        let got = back.grads.get::<Flex, 2>(id).expect("the gradient under the master's id");
         assert_eq!(got.dtype(), DType::F32);
         got.into_data().assert_approx_eq::<f32>(&expected, burn::tensor::Tolerance::default());
         let check = back.overflow_check.expect("a check").into_scalar();
@@ -218,8 +218,8 @@ mod tests {
         let compute = compute_copy::<B, _>(&master, FloatDType::F32);
         let x = Tensor::<B, 2>::ones([1, 2], &device);
         let grads = GradientsParams::from_grads(compute.forward(x).sum().backward(), &compute);
-        assert!(grads.get::<NdArray, 2>(master.weight.id).is_some());
+        assert!(grads.get::<Flex, 2>(master.weight.id).is_some());
         let bias = master.bias.as_ref().expect("a bias");
-        assert!(grads.get::<NdArray, 1>(bias.id).is_none());
+        assert!(grads.get::<Flex, 1>(bias.id).is_none());
     }
 }

@@ -171,18 +171,18 @@ impl<B: Backend> UpdatePredictor<B> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use burn::backend::ndarray::NdArrayDevice;
-    use burn::backend::NdArray;
+    use burn::backend::flex::FlexDevice;
+    use burn::backend::Flex;
 
-    const DEVICE: NdArrayDevice = NdArrayDevice::Cpu;
+    const DEVICE: FlexDevice = FlexDevice;
 
-    fn updates(values: &[f32]) -> ParamUpdates<NdArray> {
+    fn updates(values: &[f32]) -> ParamUpdates<Flex> {
         let mut map = ParamUpdates::new();
         map.insert(ParamId::from(7), Tensor::from_data(TensorData::new(values.to_vec(), [values.len()]), &DEVICE));
         map
     }
 
-    fn predicted(predictor: &UpdatePredictor<NdArray>, lr: f64) -> Vec<f32> {
+    fn predicted(predictor: &UpdatePredictor<Flex>, lr: f64) -> Vec<f32> {
         let prediction = predictor.predict(lr);
         prediction[&ParamId::from(7)].clone().into_data().to_vec::<f32>().expect("f32")
     }
@@ -196,7 +196,7 @@ mod tests {
 
     #[test]
     fn first_observation_is_the_update_per_unit_rate() {
-        let mut predictor = UpdatePredictor::<NdArray>::new(0.9, PredictorPrecision::Full);
+        let mut predictor = UpdatePredictor::<Flex>::new(0.9, PredictorPrecision::Full);
         assert!(!predictor.is_ready());
         predictor.observe(&updates(&[0.2, -0.4]), 0.1);
         assert!(predictor.is_ready());
@@ -209,7 +209,7 @@ mod tests {
 
     #[test]
     fn later_observations_are_averaged() {
-        let mut predictor = UpdatePredictor::<NdArray>::new(0.5, PredictorPrecision::Full);
+        let mut predictor = UpdatePredictor::<Flex>::new(0.5, PredictorPrecision::Full);
         predictor.observe(&updates(&[1.0]), 1.0);
         predictor.observe(&updates(&[3.0]), 1.0);
         assert_close(&predicted(&predictor, 1.0), &[2.0]);
@@ -220,7 +220,7 @@ mod tests {
 
     #[test]
     fn zero_rate_steps_are_skipped() {
-        let mut predictor = UpdatePredictor::<NdArray>::new(0.5, PredictorPrecision::Full);
+        let mut predictor = UpdatePredictor::<Flex>::new(0.5, PredictorPrecision::Full);
         predictor.observe(&updates(&[1.0]), 0.0);
         assert!(!predictor.is_ready());
         assert_eq!(predictor.observations(), 0);
@@ -228,7 +228,7 @@ mod tests {
 
     #[test]
     fn reports_its_memory() {
-        let mut predictor = UpdatePredictor::<NdArray>::new(0.9, PredictorPrecision::Full);
+        let mut predictor = UpdatePredictor::<Flex>::new(0.9, PredictorPrecision::Full);
         predictor.observe(&updates(&[1.0, 2.0, 3.0]), 1.0);
         assert_eq!(predictor.bytes(), 3 * 4);
         assert_eq!(predictor.len(), 1);
@@ -236,7 +236,7 @@ mod tests {
 
     #[test]
     fn round_trips_through_a_record() {
-        let mut predictor = UpdatePredictor::<NdArray>::new(0.9, PredictorPrecision::Full);
+        let mut predictor = UpdatePredictor::<Flex>::new(0.9, PredictorPrecision::Full);
         predictor.observe(&updates(&[0.25, -1.5]), 0.5);
         predictor.observe(&updates(&[0.75, 0.5]), 0.25);
         let state = predictor.to_record();
@@ -245,7 +245,7 @@ mod tests {
 
         let json = serde_json::to_string(&state).expect("serialise");
         let back: PredictorState = serde_json::from_str(&json).expect("deserialise");
-        let restored = UpdatePredictor::<NdArray>::from_record(back, &DEVICE);
+        let restored = UpdatePredictor::<Flex>::from_record(back, &DEVICE);
         assert_eq!(restored.observations(), 2);
         assert_eq!(predicted(&restored, 0.3), predicted(&predictor, 0.3));
     }

@@ -122,14 +122,14 @@ impl<B: Backend> Snapshot<B> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use burn::backend::ndarray::NdArrayDevice;
-    use burn::backend::{Autodiff, NdArray};
+    use burn::backend::flex::FlexDevice;
+    use burn::backend::{Autodiff, Flex};
     use burn::module::AutodiffModule;
     use burn::nn::{Linear, LinearConfig};
 
     use crate::trainer::params::{apply_update, ParamUpdates};
 
-    type Train = Autodiff<NdArray>;
+    type Train = Autodiff<Flex>;
 
     fn weights(model: &Linear<Train>) -> Vec<TensorData> {
         let bias = model.bias.as_ref().expect("bias");
@@ -137,15 +137,15 @@ mod tests {
     }
 
     fn perturbed(model: Linear<Train>) -> Linear<Train> {
-        let device = NdArrayDevice::Cpu;
+        let device = FlexDevice;
         let params = collect(&model.valid());
-        let updates: ParamUpdates<NdArray> =
+        let updates: ParamUpdates<Flex> =
             params.iter().map(|(id, param)| (*id, Tensor::ones([param.tensor.dims()[0]], &device))).collect();
         apply_update(model, &updates, 0.3)
     }
 
     fn restores_bit_for_bit(store: SnapshotStore) {
-        let model: Linear<Train> = LinearConfig::new(4, 3).init(&NdArrayDevice::Cpu);
+        let model: Linear<Train> = LinearConfig::new(4, 3).init(&FlexDevice);
         let original = weights(&model);
         let snapshot = Snapshot::take(&model.valid(), store);
         let kept_in = match snapshot {

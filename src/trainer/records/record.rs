@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::memory::MemorySample;
+use crate::memory::{HostMemory, MemorySample};
 use crate::trainer::error::TrainerError;
 use crate::trainer::predict::phase::Phase;
 
@@ -40,6 +40,10 @@ pub struct StepRecord {
     pub items_per_second: f64,
     /// The device pool after the step, where the backend has one.
     pub memory: Option<MemorySample>,
+    /// The process's resident memory after the step, where the backend has no device pool
+    /// to read (the CPU backends): host RAM, never mixed with `memory`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_memory: Option<HostMemory>,
     /// Whether the weights were moved by the predictor rather than the optimizer.
     pub predicted: bool,
     /// Whether the block's jump was rejected and its starting weights restored.
@@ -152,6 +156,7 @@ mod tests {
             items: 8,
             items_per_second: 16.0,
             memory: Some(MemorySample { bytes_in_use: 1, bytes_reserved: 2, allocations: 3 }),
+            host_memory: None,
             predicted: true,
             rolled_back: !loss.is_finite(),
             scale: 1.0,

@@ -39,6 +39,10 @@ pub struct TrainerStatistics {
     pub total_items: u64,
     /// The highest `bytes_in_use` any step reported.
     pub peak_bytes_in_use: Option<u64>,
+    /// The process's peak resident memory (host RAM) as of the last step that read it,
+    /// where the backend has no device pool ([`StepRecord::host_memory`]).
+    #[serde(default)]
+    pub peak_resident_bytes: Option<u64>,
     /// The last loss read back (see [`StepRecord::loss`]).
     pub last_loss: Option<f64>,
     /// The guard's running full-step loss.
@@ -84,6 +88,9 @@ impl TrainerStatistics {
             self.peak_bytes_in_use =
                 Some(self.peak_bytes_in_use.map_or(memory.bytes_in_use, |peak| peak.max(memory.bytes_in_use)));
         }
+        if let Some(host) = record.host_memory {
+            self.peak_resident_bytes = Some(self.peak_resident_bytes.unwrap_or(0).max(host.peak_resident));
+        }
         if record.loss.is_some() {
             self.last_loss = record.loss;
         }
@@ -123,6 +130,7 @@ mod tests {
             items: 4,
             items_per_second: 4.0 / seconds,
             memory: Some(MemorySample { bytes_in_use: in_use, bytes_reserved: in_use, allocations: 1 }),
+            host_memory: None,
             predicted: phase == Phase::Predict,
             rolled_back,
             scale: 1.0,
@@ -153,6 +161,7 @@ mod tests {
         assert_eq!(stats.predict_cost_ratio, Some(0.25));
         assert_eq!(stats.total_items, 16);
         assert_eq!(stats.peak_bytes_in_use, Some(300));
+        assert_eq!(stats.peak_resident_bytes, None, "device figures never count as host memory");
     }
 
     #[test]
@@ -160,5 +169,16 @@ mod tests {
         let stats = TrainerStatistics::default();
         assert_eq!(stats.mean_full_seconds, None);
         assert_eq!(stats.predict_cost_ratio, None);
+    }
+
+    #[test]
+    fn host_memory_peaks_apart_from_device_memory() {
+        let mut stats = TrainerStatistics::default();
+        for (resident, peak) in [(10, 40), (30, 50), (20, 50)] {
+            let host = crate::memory::HostMemory { resident, peak_resident: peak };
+            stats.observe(&StepRecord { memory: None, host_memory: Some(host), ..record(Phase::Full, 1.0, 0, false) });
+        }
+        assert_eq!(stats.peak_resident_bytes, Some(50));
+        assert_eq!(stats.peak_bytes_in_use, None, "host memory never counts as device memory");
     }
 }
