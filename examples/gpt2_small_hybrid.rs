@@ -35,7 +35,7 @@ use leanburn::data::{
 };
 use leanburn::memory::format_bytes;
 use leanburn::model::{Gpt2, Gpt2Config, Gpt2MemoryEstimate, GPT2_PRESETS};
-use leanburn::select::{device_memory, select, BackendArgs, BackendJob, Chosen, Selection, TrainBackend};
+use leanburn::select::{device_memory, select, BackendArgs, BackendJob, BackendKind, Chosen, Selection, TrainBackend};
 use leanburn::trainer::HybridConfig;
 
 #[derive(Parser, Debug, Clone)]
@@ -94,8 +94,10 @@ struct Args {
     #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..))]
     checkpoint_every: u64,
     /// Compute the loss this many tokens at a time, never building the full
-    /// `tokens × vocab` logits (see `docs/trainer.md`).
-    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    /// `tokens × vocab` logits (see `docs/trainer.md`); 0 builds them. Default: 128 on
+    /// the CPU backend (faster there, and a fraction of the memory: docs/benchmarks.md),
+    /// off elsewhere.
+    #[arg(long)]
     loss_chunk: Option<u64>,
     /// Round the vocabulary up to a multiple of this (64 speeds up GPUs).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
@@ -114,6 +116,11 @@ fn main() {
 }
 
 /// Everything a run needs, settled before any device work.
+/// Tokens per loss chunk on the CPU backend when `--loss-chunk` is not given: on 2 cores
+/// at gpt2-mini 8 × 64 the fused chunked loss ran faster than the full logits with under
+/// half the resident memory (docs/benchmarks.md, "The main job on the CPU").
+const CPU_LOSS_CHUNK: usize = 128;
+
 struct Plan {
     args: Args,
     preset: String,
@@ -151,7 +158,12 @@ fn run(args: Args) -> Result<(), Failure> {
     if !(lr.is_finite() && lr > 0.0) {
         return Err(bad_input(format!("--lr must be a positive number, got {lr}")));
     }
-    let loss_chunk = args.loss_chunk.map(|c| c as usize);
+    let loss_chunk = match args.loss_chunk {
+        Some(0) => None,
+        Some(chunk) => Some(chunk as usize),
+        None if selection.kind() == BackendKind::Cpu => Some(CPU_LOSS_CHUNK),
+        None => None,
+    };
 
     check_memory(&args, &selection, &config, &preset, batch, seq, loss_chunk)?;
     args.execution.check_precision(&selection)?;
@@ -228,11 +240,11 @@ fn check_memory(
     }
     match device_memory(selection) {
         Some(capacity) if estimate.total() > capacity && !args.ignore_memory_estimate => Err(bad_input(format!(
-            "this run needs about {} but the device has {}: lower --batch or --seq, pass \
-             --loss-chunk {}, or a smaller --preset (--ignore-memory-estimate starts anyway)",
+            "this run needs about {} but the device has {}: lower --batch or --seq, {}or a smaller \
+             --preset (--ignore-memory-estimate starts anyway)",
             format_bytes(estimate.total() as f64),
             format_bytes(capacity as f64),
-            seq.min(256)
+            if loss_chunk.is_none() { format!("pass --loss-chunk {}, ", seq.min(256)) } else { String::new() },
         ))),
         Some(capacity) => {
             eprintln!("  device memory: {}", format_bytes(capacity as f64));

@@ -177,7 +177,10 @@ fn bad_flags_are_rejected_before_any_work() {
     assert_fails(&run(&["--preset", "gpt2-tiny", "--seq", "65"]), 2, "context");
     assert_fails(&run(&["--lr=0"]), 2, "--lr");
     // A batch no host could hold: refused by the memory plan, with the way out named.
-    assert_fails(&run(&["--preset", "gpt2-tiny", "--batch", "1000000", "--seq", "64"]), 2, "--loss-chunk");
+    let huge = ["--preset", "gpt2-tiny", "--batch", "1000000", "--seq", "64"];
+    assert_fails(&run(&huge), 2, "lower --batch");
+    // With the full logits (`--loss-chunk 0`; the CPU default chunks them) it names the chunk too.
+    assert_fails(&run(&[&huge[..], &["--loss-chunk", "0"]].concat()), 2, "--loss-chunk");
 }
 
 #[test]
