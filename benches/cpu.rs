@@ -2,8 +2,8 @@
 //! PyTorch CPU eager as the reference.
 //!
 //! ```text
-//! cargo bench --bench cpu -- --preset gpt2-mini --batch 8 --seq 64
-//! cargo bench --bench cpu -- --preset gpt2-tiny --pytorch /path/to/python3
+//! cargo bench --bench cpu -- --preset gpt2-mini --batch 8 --seq 64 --pytorch /path/to/python3
+//! cargo bench --bench cpu -- --preset gpt2-tiny --backends flex --loss-chunks 0,64,128
 //! ```
 //!
 //! Each backend runs in its own child process, one after the other, so that each peak
@@ -11,7 +11,8 @@
 //! job's full step: `HybridTrainer` all-full, AdamW (weight decay 0.1, gradient norm
 //! clipped at 1), the loss read back every step, on windows of uniform random token ids
 //! drawn with the same seed (speed does not depend on which tokens are fed), from weights
-//! initialised with the same seed. The first `--warmup` steps are left out of tokens/s.
+//! initialised with the same seed, with the full logits (`--loss-chunks 0`, as PyTorch) and
+//! with the fused chunked loss. The first `--warmup` steps are left out of tokens/s.
 //! Threads: `--threads` sets `RAYON_NUM_THREADS` for the Rust backends and
 //! `torch.set_num_threads` for PyTorch.
 //!
@@ -58,9 +59,10 @@ struct Args {
     /// Compute threads of every run.
     #[arg(long, default_value_t = 2)]
     threads: usize,
-    /// Compute the loss this many tokens at a time (the example's `--loss-chunk`).
-    #[arg(long)]
-    loss_chunk: Option<usize>,
+    /// Loss chunks to run each backend with (the example's `--loss-chunk`; 0: the full
+    /// logits at once, as PyTorch computes them).
+    #[arg(long, value_delimiter = ',', default_value = "0,128")]
+    loss_chunks: Vec<usize>,
     /// A Python interpreter with PyTorch: adds `benches/pytorch_gpt2.py --device cpu`.
     #[arg(long)]
     pytorch: Option<String>,
@@ -87,6 +89,9 @@ struct Measurement {
     tokens_per_s: f64,
     seconds_per_step: f64,
     peak_resident_bytes: Option<u64>,
+    /// PyTorch only: resident memory once torch is imported, before any model or data.
+    #[serde(default)]
+    resident_after_import_bytes: Option<u64>,
     first_loss: f64,
     final_loss: f64,
 }
@@ -123,14 +128,14 @@ fn compare(args: &Args) -> Result<(), String> {
     ];
     let mut rows = Vec::new();
     for &backend in &args.backends {
-        let mut command = Command::new(&exe);
-        command.args(&common).args(["--steps", &args.steps.to_string(), "--warmup", &args.warmup.to_string()]);
-        command.arg("--child").arg(format!("{backend:?}").to_lowercase());
-        if let Some(chunk) = args.loss_chunk {
-            command.args(["--loss-chunk", &chunk.to_string()]);
+        for &chunk in &args.loss_chunks {
+            let mut command = Command::new(&exe);
+            command.args(&common).args(["--steps", &args.steps.to_string(), "--warmup", &args.warmup.to_string()]);
+            command.arg("--child").arg(format!("{backend:?}").to_lowercase());
+            command.args(["--loss-chunks", &chunk.to_string()]);
+            command.env("RAYON_NUM_THREADS", args.threads.to_string());
+            rows.push(run_child(command)?);
         }
-        command.env("RAYON_NUM_THREADS", args.threads.to_string());
-        rows.push(run_child(command)?);
     }
     if let Some(python) = &args.pytorch {
         let script = concat!(env!("CARGO_MANIFEST_DIR"), "/benches/pytorch_gpt2.py");
@@ -157,7 +162,7 @@ fn run_child(mut command: Command) -> Result<Measurement, String> {
 }
 
 fn report(args: &Args, rows: &[Measurement]) {
-    let reference = rows.iter().find(|r| r.name.starts_with("pytorch"));
+    let reference = rows.iter().find(|r| r.name.starts_with("PyTorch"));
     println!(
         "\n{} ({} parameters), batch {} × {}, f32, AdamW, {} threads; tokens/s over {} steps after {} warm-up steps\n",
         args.preset,
@@ -172,7 +177,10 @@ fn report(args: &Args, rows: &[Measurement]) {
     println!("|---|---|---|---|---|---|");
     for row in rows {
         let ratio = reference.map_or("–".to_string(), |r| format!("{:.2}×", row.tokens_per_s / r.tokens_per_s));
-        let peak = row.peak_resident_bytes.map_or("–".to_string(), |b| format_bytes(b as f64));
+        let mut peak = row.peak_resident_bytes.map_or("–".to_string(), |b| format_bytes(b as f64));
+        if let Some(base) = row.resident_after_import_bytes {
+            peak += &format!(" ({} after import)", format_bytes(base as f64));
+        }
         println!(
             "| {} | {:.0} | {:.3} | {ratio} | {peak} | {:.3} → {:.3} |",
             row.name, row.tokens_per_s, row.seconds_per_step, row.first_loss, row.final_loss
@@ -189,7 +197,8 @@ where
     let device = B::Device::default();
     let config = Gpt2Config::preset(&args.preset).map_err(|e| e.to_string())?;
     B::seed(&device, args.seed);
-    let model: Gpt2<B> = config.init::<B>(&device).with_loss_chunk(args.loss_chunk);
+    let chunk = args.loss_chunks.first().copied().filter(|&c| c > 0);
+    let model: Gpt2<B> = config.init::<B>(&device).with_loss_chunk(chunk);
     let optimizer =
         AdamWConfig::new().with_weight_decay(0.1).with_grad_clipping(Some(GradientClippingConfig::Norm(1.0))).init();
     let mut trainer = HybridTrainer::new(
@@ -223,10 +232,14 @@ where
     }
     let steps = args.steps.max(1) as f64;
     Ok(Measurement {
-        name: name.to_string(),
+        name: match chunk {
+            Some(chunk) => format!("{name}, loss chunk {chunk}"),
+            None => format!("{name}, full logits"),
+        },
         tokens_per_s: steps * (args.batch * args.seq) as f64 / timed,
         seconds_per_step: timed / steps,
         peak_resident_bytes: host_memory().map(|m| m.peak_resident),
+        resident_after_import_bytes: None,
         first_loss,
         final_loss,
     })

@@ -33,6 +33,10 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+# Resident memory of the process once torch is loaded, before any model or data: the part
+# of the CPU peak that is the library itself.
+RESIDENT_AFTER_IMPORT = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
 PRESETS = {
     # layers, width, heads, context
     "gpt2-tiny": (2, 64, 2, 64),
@@ -208,7 +212,7 @@ def main():
     seconds = time.perf_counter() - start
     timed = a.steps - a.skip
     result = {
-        "name": f"pytorch {torch.__version__}",
+        "name": f"PyTorch {torch.__version__} eager, full logits",
         "device": device_name,
         "torch": torch.__version__,
         "preset": a.preset,
@@ -225,6 +229,7 @@ def main():
         "peak_reserved_bytes": torch.cuda.max_memory_reserved() if cuda else None,
         # Linux reports ru_maxrss in KiB.
         "peak_resident_bytes": None if cuda else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+        "resident_after_import_bytes": None if cuda else RESIDENT_AFTER_IMPORT,
         "first_loss": losses[0],
         "final_loss": losses[-1],
     }

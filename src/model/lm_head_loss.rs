@@ -18,7 +18,6 @@
 //! its value the cross-entropy.
 
 use burn::prelude::*;
-use burn::tensor::activation::log_softmax;
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::{FloatDType, IndexingUpdateOp};
 
@@ -43,7 +42,8 @@ pub fn chunked_lm_head_loss<B: Backend>(
     let sum = chunks(tokens, chunk)
         .map(|(start, len)| {
             let logits = hidden.clone().narrow(0, start, len).matmul(weight_t.clone());
-            negative_log_likelihood(logits_in_f32(logits), targets.clone().narrow(0, start, len)).0
+            let targets = targets.clone().narrow(0, start, len).reshape([len, 1]);
+            ChunkSoftmax::new(logits_in_f32(logits), targets).nll
         })
         .reduce(|a, b| a + b)
         .expect("at least one chunk");
@@ -77,12 +77,13 @@ pub fn fused_lm_head_loss<B: AutodiffBackend>(
         let h_chunk = h.clone().narrow(0, start, len);
         let t_chunk = targets.clone().narrow(0, start, len).reshape([len, 1]);
         let logits = logits_in_f32(h_chunk.clone().matmul(w_t.clone()));
-        let (nll, log_probs) = negative_log_likelihood(logits, t_chunk.clone().reshape([len]));
-        loss = loss + nll;
-        // (softmax − onehot) / n, built in place of the chunk's probabilities.
-        let minus_one = Tensor::full([len, 1], -1.0, &h.device());
+        let softmax = ChunkSoftmax::new(logits, t_chunk.clone());
+        loss = loss + softmax.nll;
+        // (softmax − onehot) / n, built in place of the chunk's exponentials.
+        let row_scale = softmax.row_sums.recip().mul_scalar(scale);
+        let minus_scale = Tensor::full([len, 1], -scale, &h.device());
         let grad_logits =
-            log_probs.exp().scatter(1, t_chunk, minus_one, IndexingUpdateOp::Add).mul_scalar(scale).cast(compute);
+            (softmax.exp * row_scale).scatter(1, t_chunk, minus_scale, IndexingUpdateOp::Add).cast(compute);
         grad_hidden.push(grad_logits.clone().matmul(w.clone()));
         grad_weight = grad_weight + grad_logits.transpose().matmul(h_chunk);
     }
@@ -101,16 +102,28 @@ fn chunks(tokens: usize, chunk: usize) -> impl Iterator<Item = (usize, usize)> {
     (0..tokens).step_by(chunk).map(move |start| (start, chunk.min(tokens - start)))
 }
 
-/// Summed negative log-likelihood of `targets` (`[n]`) under `logits` (`[n, vocab]`), and
-/// the log-probabilities.
-fn negative_log_likelihood<B: Backend>(
-    logits: Tensor<B, 2>,
-    targets: Tensor<B, 1, Int>,
-) -> (Tensor<B, 1>, Tensor<B, 2>) {
-    let n = targets.dims()[0];
-    let log_probs = log_softmax(logits, 1);
-    let picked = log_probs.clone().gather(1, targets.reshape([n, 1]));
-    (picked.sum().neg(), log_probs)
+/// The softmax of one chunk of logits, taken apart: one exponential per logit serves both
+/// the loss and its gradient (`softmax = exp / row_sums`), where a log-softmax followed by
+/// `exp` would take two, and each is a pass over `n × vocab` floats.
+struct ChunkSoftmax<B: Backend> {
+    /// Summed negative log-likelihood of the targets: `Σ log(row_sum) − (z_t − max)`.
+    nll: Tensor<B, 1>,
+    /// `exp(z − rowmax(z))`, `[n, vocab]`.
+    exp: Tensor<B, 2>,
+    /// Its row sums, `[n, 1]`.
+    row_sums: Tensor<B, 2>,
+}
+
+impl<B: Backend> ChunkSoftmax<B> {
+    /// `logits` `[n, vocab]`, `targets` `[n, 1]`.
+    fn new(logits: Tensor<B, 2>, targets: Tensor<B, 2, Int>) -> Self {
+        let shifted = logits.clone() - logits.max_dim(1);
+        let picked = shifted.clone().gather(1, targets);
+        let exp = shifted.exp();
+        let row_sums = exp.clone().sum_dim(1);
+        let nll = (row_sums.clone().log() - picked).sum();
+        Self { nll, exp, row_sums }
+    }
 }
 
 #[cfg(test)]
@@ -145,6 +158,25 @@ mod tests {
             let got = chunked_lm_head_loss(h, w, t, chunk).into_scalar();
             assert!((expected - got).abs() < 1e-5, "{tokens}×{vocab}, chunk {chunk}: {got} vs {expected}");
         }
+    }
+
+    #[test]
+    fn large_logits_neither_overflow_nor_lose_the_loss() {
+        // Logits in the hundreds: exp without the row maximum taken out would overflow f32.
+        let (h, w, t) = case(12, 6, 17, 11);
+        let w = w.mul_scalar(100.0);
+        let expected = reference(h.clone(), w.clone(), t.clone()).into_scalar();
+        assert!(expected.is_finite() && expected > 10.0, "a case with large logits: {expected}");
+        let got = chunked_lm_head_loss(h.clone(), w.clone(), t.clone(), 5).into_scalar();
+        assert!((expected - got).abs() <= 1e-5 * expected.abs(), "{got} vs {expected}");
+        let fused = fused_lm_head_loss(
+            Tensor::<Ad, 2>::from_inner(h).require_grad(),
+            Tensor::<Ad, 2>::from_inner(w).require_grad(),
+            Tensor::<Ad, 1, Int>::from_inner(t),
+            5,
+        )
+        .into_scalar();
+        assert!((expected - fused).abs() <= 1e-5 * expected.abs(), "{fused} vs {expected}");
     }
 
     #[test]
