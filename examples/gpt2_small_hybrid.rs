@@ -31,7 +31,8 @@ use common::{
     Failure, LoopSettings, Mode, RunFiles, Start, Validation,
 };
 use leanburn::data::{
-    evaluation_windows, Corpus, CorpusSource, Gpt2Tokenizer, HostBatch, Split, TokenDataset, WindowSampler,
+    evaluation_windows, Corpus, CorpusFingerprint, CorpusSource, Gpt2Tokenizer, HostBatch, Split, TokenDataset,
+    WindowSampler,
 };
 use leanburn::memory::format_bytes;
 use leanburn::model::{Gpt2, Gpt2Config, Gpt2MemoryEstimate, GPT2_PRESETS};
@@ -78,9 +79,14 @@ struct Args {
     /// Directory for metrics, checkpoints and the plot.
     #[arg(long, default_value = "runs/gpt2")]
     out: PathBuf,
-    /// Continue the run in `--out` from its latest checkpoint.
+    /// Continue the run in `--out` from its latest checkpoint (on the same text: a run
+    /// records its corpus, and a resumed run refuses a different one).
     #[arg(long)]
     resume: bool,
+    /// With `--resume`: continue even though the corpus differs from the one the run
+    /// trained on (the differences are printed as a warning).
+    #[arg(long, requires = "resume")]
+    allow_corpus_change: bool,
     /// Replace an earlier run of the same mode in `--out`.
     #[arg(long, conflicts_with = "resume")]
     overwrite: bool,
@@ -189,6 +195,7 @@ fn run(args: Args) -> Result<(), Failure> {
             n => format!(" ({n} non-UTF-8 files skipped)"),
         }
     );
+    check_corpus(&files, &CorpusFingerprint::new(&corpus, Gpt2Tokenizer::ENCODING), &args)?;
     let tokenizer = Gpt2Tokenizer::new().map_err(|e| broke(e.to_string()))?;
     let started = Instant::now();
     let tokens = tokenizer.encode_corpus(&corpus.text);
@@ -214,6 +221,35 @@ fn run(args: Args) -> Result<(), Failure> {
     println!("{}", selection.run_with(plan, checkpointing)?);
     plot_runs(&out, "gpt2", "GPT-2");
     Ok(())
+}
+
+/// Records the corpus of a new run; checks a resumed run's against its record, refusing
+/// a different one unless `--allow-corpus-change`.
+fn check_corpus(files: &RunFiles, fingerprint: &CorpusFingerprint, args: &Args) -> Result<(), Failure> {
+    let earlier = CorpusFingerprint::load(&files.corpus).map_err(|e| broke(e.to_string()))?;
+    match earlier {
+        Some(earlier) if args.resume => {
+            let differences = fingerprint.differences(&earlier);
+            if differences.is_empty() {
+                return Ok(());
+            }
+            let what = differences.join("; ");
+            if !args.allow_corpus_change {
+                return Err(bad_input(format!(
+                    "--resume: the corpus differs from the one this run trained on ({what}); pass the same \
+                     --data and --corpus-mib, or --allow-corpus-change to continue on the new text"
+                )));
+            }
+            eprintln!("WARNING: resuming on a different corpus than the run trained on ({what})");
+        }
+        None if args.resume => eprintln!(
+            "warning: {} has no corpus record ({}), so the resumed run cannot check that its text is the same",
+            files.out.display(),
+            files.corpus.display()
+        ),
+        _ => {}
+    }
+    fingerprint.save(&files.corpus).map_err(|e| broke(e.to_string()))
 }
 
 /// Prints the memory estimate and refuses a run that cannot fit where the device's

@@ -29,11 +29,16 @@ fn scratch(name: &str) -> PathBuf {
 /// llvmpipe in CI) where the real CubeCL runtime is what is tested, `cpu` where the run
 /// only has to train (resume, checkpoints, refusals), which takes a fraction of the time.
 fn tiny_run_on(backend: &str, out: &Path, extra: &[&str]) -> Output {
+    tiny_run_with(backend, &sources(), out, extra)
+}
+
+/// [`tiny_run_on`] on the text under `data`.
+fn tiny_run_with(backend: &str, data: &Path, out: &Path, extra: &[&str]) -> Output {
     let mut command = example();
     command.args(["--backend", backend, "--allow-software", "--preset", "gpt2-tiny"]);
     command.args(["--batch", "2", "--seq", "16", "--eval-every", "3", "--eval-batches", "1"]);
     command.args(["--checkpoint-every", "3", "--corpus-mib", "1"]);
-    command.arg("--data").arg(sources()).arg("--out").arg(out).args(extra);
+    command.arg("--data").arg(data).arg("--out").arg(out).args(extra);
     command.output().unwrap()
 }
 
@@ -181,6 +186,37 @@ fn bad_flags_are_rejected_before_any_work() {
     assert_fails(&run(&huge), 2, "lower --batch");
     // With the full logits (`--loss-chunk 0`; the CPU default chunks them) it names the chunk too.
     assert_fails(&run(&[&huge[..], &["--loss-chunk", "0"]].concat()), 2, "--loss-chunk");
+}
+
+#[test]
+fn a_resumed_run_refuses_a_different_corpus_unless_told() {
+    let out = scratch("corpus-change");
+    let _ = fs::remove_dir_all(&out);
+    let other_text = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests");
+    let first = cpu_run(&out, &["--mode", "full", "--steps", "3"]);
+    assert!(first.status.success(), "{}", text(&first));
+    let record: serde_json::Value =
+        serde_json::from_str(&fs::read_to_string(out.join("corpus-full.json")).unwrap()).unwrap();
+    assert_eq!(record["tokenizer"], "r50k_base", "{record}");
+
+    let refused = tiny_run_with("cpu", &other_text, &out, &["--mode", "full", "--steps", "6", "--resume"]);
+    assert_fails(&refused, 2, "the corpus differs from the one this run trained on");
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("--allow-corpus-change"), "{}", text(&refused));
+    assert_eq!(lines(&out.join("metrics-full.jsonl")), 3, "a refused resume trains nothing");
+
+    // The control: the same text resumes.
+    let same = cpu_run(&out, &["--mode", "full", "--steps", "6", "--resume"]);
+    assert!(same.status.success(), "{}", text(&same));
+    assert_eq!(lines(&out.join("metrics-full.jsonl")), 6);
+
+    // Told to, it continues on the new text, says so loudly, and records it.
+    let told = ["--mode", "full", "--steps", "9", "--resume", "--allow-corpus-change"];
+    let changed = tiny_run_with("cpu", &other_text, &out, &told);
+    assert!(changed.status.success(), "{}", text(&changed));
+    assert!(String::from_utf8_lossy(&changed.stderr).contains("WARNING: resuming on a different corpus"));
+    assert_eq!(lines(&out.join("metrics-full.jsonl")), 9);
+    let again = tiny_run_with("cpu", &other_text, &out, &["--mode", "full", "--steps", "10", "--resume"]);
+    assert!(again.status.success(), "the new text is the run's corpus now:\n{}", text(&again));
 }
 
 #[test]

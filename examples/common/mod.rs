@@ -146,6 +146,9 @@ pub struct RunFiles {
     pub metrics: PathBuf,
     pub validation: PathBuf,
     pub checkpoints: PathBuf,
+    /// The corpus the run trains on ([`leanburn::data::CorpusFingerprint`]), where it
+    /// reads one.
+    pub corpus: PathBuf,
 }
 
 impl RunFiles {
@@ -155,6 +158,7 @@ impl RunFiles {
             metrics: out.join(format!("metrics-{}.jsonl", mode.name())),
             validation: out.join(format!("validation-{}.csv", mode.name())),
             checkpoints: out.join(format!("checkpoints-{}", mode.name())),
+            corpus: out.join(format!("corpus-{}.json", mode.name())),
         }
     }
 }
@@ -182,7 +186,7 @@ pub fn prepare_out(out: &Path, mode: Mode, resume: bool, overwrite: bool) -> Res
                 mode.name()
             )));
         }
-        for path in [&files.metrics, &files.validation] {
+        for path in [&files.metrics, &files.validation, &files.corpus] {
             let _ = fs::remove_file(path);
         }
         let _ = fs::remove_dir_all(&files.checkpoints);

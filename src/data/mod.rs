@@ -19,6 +19,8 @@
 //!
 //! - [`Corpus`]: a UTF-8 file or a directory of text files, or by default the `.rs` and
 //!   `.md` sources in the Cargo registry.
+//! - [`CorpusFingerprint`]: what a run trained on (files, bytes, the text's SHA-256, the
+//!   tokenizer), so that a resumed run can refuse different text.
 //! - [`Gpt2Tokenizer`]: GPT-2's BPE (`r50k_base`, 50 257 tokens), embedded, so offline.
 //! - [`TokenDataset`]: the token stream cut into a training part and a held-out
 //!   validation part.
@@ -31,6 +33,7 @@ mod batcher;
 mod corpus;
 mod dataset;
 mod error;
+mod fingerprint;
 mod shapes;
 mod tokenizer;
 
@@ -38,5 +41,6 @@ pub use batcher::{evaluation_windows, HostBatch, TokenBatch, WindowSampler};
 pub use corpus::{cargo_registry_dir, Corpus, CorpusSource};
 pub use dataset::{Split, TokenDataset};
 pub use error::DataError;
+pub use fingerprint::CorpusFingerprint;
 pub use shapes::{shapes_validation, ImageBatch, ShapeKind, ShapeSampler, SHAPE_CLASSES};
 pub use tokenizer::{Gpt2Tokenizer, END_OF_TEXT, GPT2_VOCAB_SIZE};

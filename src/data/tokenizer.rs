@@ -29,11 +29,17 @@ pub struct Gpt2Tokenizer {
 
 impl fmt::Debug for Gpt2Tokenizer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Gpt2Tokenizer").field("encoding", &"r50k_base").field("vocab_size", &GPT2_VOCAB_SIZE).finish()
+        f.debug_struct("Gpt2Tokenizer")
+            .field("encoding", &Self::ENCODING)
+            .field("vocab_size", &GPT2_VOCAB_SIZE)
+            .finish()
     }
 }
 
 impl Gpt2Tokenizer {
+    /// The name of the encoding (tiktoken's).
+    pub const ENCODING: &'static str = "r50k_base";
+
     /// Builds the tokenizer from the BPE table embedded in `tiktoken-rs` (a few tens of
     /// milliseconds; build it once and share it).
     pub fn new() -> Result<Self, DataError> {
