@@ -23,10 +23,10 @@ use std::path::PathBuf;
 
 use burn::module::{AutodiffModule, Module};
 use burn::optim::AdamConfig;
-use clap::Parser;
+use clap::{ArgMatches, CommandFactory, Parser};
 use common::{
-    bad_input, exit_on_failure, plot_runs, prepare_out, start_trainer, summary, train_loop, ExecutionArgs, Failure,
-    LoopSettings, Mode, RunFiles, Start, Validation,
+    bad_input, config, exit_on_failure, plot_runs, prepare_out, start_trainer, summary, train_loop, ExecutionArgs,
+    Failure, LoopSettings, Mode, RunFiles, Start, Validation,
 };
 use leanburn::backend::ConvBudget;
 use leanburn::data::{shapes_validation, ImageBatch, ShapeSampler, SHAPE_CLASSES};
@@ -41,6 +41,11 @@ struct Args {
     backend: BackendArgs,
     #[command(flatten)]
     execution: ExecutionArgs,
+    /// Options from a JSON or TOML file, keyed by long option name (`batch = 16`); the
+    /// command line wins. Each run writes its resolved options to `--out` as
+    /// `config-<mode>.json`, which this reads back to repeat the run.
+    #[arg(long)]
+    config: Option<PathBuf>,
     /// `hybrid` alternates full and predicted steps; `full` is the all-full baseline.
     #[arg(long, value_enum, default_value_t = Mode::Hybrid)]
     mode: Mode,
@@ -93,7 +98,7 @@ struct Args {
 fn main() {
     // SAFETY: first thing in main, before any thread exists.
     unsafe { leanburn::select::quiet_headless_vulkan() };
-    exit_on_failure(run(Args::parse()));
+    exit_on_failure(config::parse_with_config::<Args>().and_then(|(args, matches)| run(args, &matches)));
 }
 
 /// Everything a run needs, settled before any device work.
@@ -104,7 +109,7 @@ struct Plan {
     validation: Vec<ImageBatch>,
 }
 
-fn run(args: Args) -> Result<(), Failure> {
+fn run(args: Args, matches: &ArgMatches) -> Result<(), Failure> {
     let config = ConvClassifierConfig::new().with_widths(args.widths.clone()).with_classes(SHAPE_CLASSES);
     if args.widths.is_empty() || args.widths.contains(&0) {
         return Err(bad_input(format!("--widths must be positive channel counts, got {:?}", args.widths)));
@@ -130,6 +135,9 @@ fn run(args: Args) -> Result<(), Failure> {
     eprintln!("{selection}");
     args.execution.check_precision(&selection)?;
     let files = prepare_out(&args.out, args.mode, args.resume, args.overwrite)?;
+    let mut resolved = config::resolved(&Args::command(), matches);
+    resolved.insert("backend".into(), selection.kind().name().into());
+    config::save(resolved, &files.config)?;
     let resolution = args.resolution as usize;
     let validation =
         shapes_validation(resolution, (args.batch as usize).min(64), args.eval_batches as usize, args.seed)

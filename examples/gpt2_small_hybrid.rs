@@ -25,10 +25,10 @@ use std::time::Instant;
 use burn::module::AutodiffModule;
 use burn::optim::grad_clipping::GradientClippingConfig;
 use burn::optim::AdamWConfig;
-use clap::Parser;
+use clap::{ArgMatches, CommandFactory, Parser};
 use common::{
-    bad_input, broke, exit_on_failure, plot_runs, prepare_out, start_trainer, summary, train_loop, ExecutionArgs,
-    Failure, LoopSettings, Mode, RunFiles, Start, Validation,
+    bad_input, broke, config, exit_on_failure, plot_runs, prepare_out, start_trainer, summary, train_loop,
+    ExecutionArgs, Failure, LoopSettings, Mode, RunFiles, Start, Validation,
 };
 use leanburn::data::{
     evaluation_windows, Corpus, CorpusFingerprint, CorpusSource, Gpt2Tokenizer, HostBatch, Split, TokenDataset,
@@ -46,6 +46,11 @@ struct Args {
     backend: BackendArgs,
     #[command(flatten)]
     execution: ExecutionArgs,
+    /// Options from a JSON or TOML file, keyed by long option name (`batch = 16`); the
+    /// command line wins. Each run writes its resolved options to `--out` as
+    /// `config-<mode>.json`, which this reads back to repeat the run.
+    #[arg(long)]
+    config: Option<PathBuf>,
     /// Model size; default gpt2-small on CUDA, gpt2-mini elsewhere.
     #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(GPT2_PRESETS))]
     preset: Option<String>,
@@ -118,15 +123,15 @@ struct Args {
 fn main() {
     // SAFETY: first thing in main, before any thread exists.
     unsafe { leanburn::select::quiet_headless_vulkan() };
-    exit_on_failure(run(Args::parse()));
+    exit_on_failure(config::parse_with_config::<Args>().and_then(|(args, matches)| run(args, &matches)));
 }
 
-/// Everything a run needs, settled before any device work.
 /// Tokens per loss chunk on the CPU backend when `--loss-chunk` is not given: on 2 cores
 /// at gpt2-mini 8 × 64 the fused chunked loss ran faster than the full logits with under
 /// half the resident memory (docs/benchmarks.md, "The main job on the CPU").
 const CPU_LOSS_CHUNK: usize = 128;
 
+/// Everything a run needs, settled before any device work.
 struct Plan {
     args: Args,
     preset: String,
@@ -141,7 +146,7 @@ struct Plan {
     validation: Vec<HostBatch>,
 }
 
-fn run(args: Args) -> Result<(), Failure> {
+fn run(args: Args, matches: &ArgMatches) -> Result<(), Failure> {
     let selection = select(&args.backend).map_err(|e| Failure { code: e.exit_code(), message: e.to_string() })?;
     eprintln!("{selection}");
     let gpu = match &selection.chosen {
@@ -174,6 +179,18 @@ fn run(args: Args) -> Result<(), Failure> {
     check_memory(&args, &selection, &config, &preset, batch, seq, loss_chunk)?;
     args.execution.check_precision(&selection)?;
     let files = prepare_out(&args.out, args.mode, args.resume, args.overwrite)?;
+    // What was decided at run time is recorded as decided, so the file repeats this run.
+    let mut resolved = config::resolved(&Args::command(), matches);
+    let decided = [
+        ("backend", selection.kind().name().to_string()),
+        ("preset", preset.clone()),
+        ("seq", seq.to_string()),
+        ("steps", steps.to_string()),
+        ("lr", lr.to_string()),
+        ("loss-chunk", loss_chunk.unwrap_or(0).to_string()),
+    ];
+    resolved.extend(decided.map(|(name, value)| (name.to_string(), value.into())));
+    config::save(resolved, &files.config)?;
 
     let corpus = match &args.data {
         Some(path) => Corpus::from_path(path, Some((args.corpus_mib as usize) << 20)),

@@ -57,6 +57,9 @@ fn both_modes_run_write_accuracy_and_a_plot_and_resume() {
     let full = cpu_run(&out, &["--mode", "full", "--steps", "6"]);
     assert!(full.status.success(), "{}", text(&full));
     assert_eq!(read(&out.join("metrics-full.jsonl")).lines().count(), 6);
+    // The resolved options, as `--config` reads them back.
+    let config: serde_json::Value = serde_json::from_str(&read(&out.join("config-full.json"))).unwrap();
+    assert_eq!((&config["backend"], &config["steps"], &config["mode"]), (&"cpu".into(), &"6".into(), &"full".into()));
     let validation = read(&out.join("validation-full.csv"));
     let rows: Vec<&str> = validation.lines().collect();
     assert_eq!(rows[0], "step,train_seconds,validation_loss,validation_accuracy");

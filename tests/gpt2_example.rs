@@ -220,6 +220,68 @@ fn a_resumed_run_refuses_a_different_corpus_unless_told() {
 }
 
 #[test]
+fn a_config_file_fills_in_under_the_flags_and_the_saved_one_repeats_the_run() {
+    let out = scratch("config");
+    let _ = fs::remove_dir_all(&out);
+    fs::create_dir_all(&out).unwrap();
+    let file = out.join("run.toml");
+    let toml = "preset = \"gpt2-tiny\"\nbatch = 3\nseq = 16\nsteps = 5\neval_every = 2\n\
+                \"eval-batches\" = 1\n\"corpus-mib\" = 1\nmode = \"full\"\n";
+    fs::write(&file, toml).unwrap();
+    let first_out = out.join("first");
+    let first = example()
+        .args(["--backend", "cpu", "--steps", "2", "--config"])
+        .arg(&file)
+        .arg("--data")
+        .arg(sources())
+        .arg("--out")
+        .arg(&first_out)
+        .output()
+        .unwrap();
+    assert!(first.status.success(), "{}", text(&first));
+    let records = |dir: &Path| -> Vec<serde_json::Value> {
+        let metrics = fs::read_to_string(dir.join("metrics-full.jsonl")).unwrap();
+        metrics.lines().map(|line| serde_json::from_str(line).unwrap()).collect()
+    };
+    let first_records = records(&first_out);
+    assert_eq!(first_records.len(), 2, "the flag's --steps 2 wins over the file's 5");
+    assert_eq!(first_records[0]["items"], 48, "the file's batch 3 × seq 16 tokens");
+
+    let saved: serde_json::Value =
+        serde_json::from_str(&fs::read_to_string(first_out.join("config-full.json")).unwrap()).unwrap();
+    for (name, value) in [("batch", "3"), ("steps", "2"), ("preset", "gpt2-tiny"), ("backend", "cpu"), ("mode", "full")]
+    {
+        assert_eq!(saved[name], value, "{name} in {saved}");
+    }
+    assert_eq!(saved["loss-chunk"], "128", "the CPU default, as decided: {saved}");
+    assert!(saved.get("resume").is_none() && saved.get("config").is_none(), "{saved}");
+
+    // The saved file repeats the run (another --out on the command line).
+    let again_out = out.join("again");
+    let again = example()
+        .arg("--config")
+        .arg(first_out.join("config-full.json"))
+        .arg("--out")
+        .arg(&again_out)
+        .output()
+        .unwrap();
+    assert!(again.status.success(), "{}", text(&again));
+    let again_records = records(&again_out);
+    assert_eq!(again_records.len(), 2);
+    assert_eq!(again_records[0]["items"], 48);
+    assert_eq!(again_records[0]["loss"], first_records[0]["loss"], "same weights, same first batch");
+
+    // Unknown names and per-invocation flags are refused, naming the key.
+    let bad = out.join("bad.json");
+    for (json, needle) in [("{\"bogus\": 1}", "`bogus`: no such option"), ("{\"resume\": true}", "on the command line")]
+    {
+        fs::write(&bad, json).unwrap();
+        let refused = example().args(["--backend", "cpu", "--config"]).arg(&bad).arg("--out").arg(&again_out).output();
+        assert_fails(&refused.unwrap(), 2, needle);
+    }
+}
+
+#[test]
 fn a_precision_the_backend_lacks_is_refused_by_name() {
     let out = scratch("precision-refused");
     // An earlier run that `--overwrite` would replace: a refused run must leave it alone.

@@ -3,6 +3,8 @@
 //! the plot of both modes.
 #![allow(dead_code)]
 
+pub mod config;
+
 use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -149,6 +151,8 @@ pub struct RunFiles {
     /// The corpus the run trains on ([`leanburn::data::CorpusFingerprint`]), where it
     /// reads one.
     pub corpus: PathBuf,
+    /// The run's resolved options, a file `--config` reads back.
+    pub config: PathBuf,
 }
 
 impl RunFiles {
@@ -159,6 +163,7 @@ impl RunFiles {
             validation: out.join(format!("validation-{}.csv", mode.name())),
             checkpoints: out.join(format!("checkpoints-{}", mode.name())),
             corpus: out.join(format!("corpus-{}.json", mode.name())),
+            config: out.join(format!("config-{}.json", mode.name())),
         }
     }
 }
@@ -186,7 +191,7 @@ pub fn prepare_out(out: &Path, mode: Mode, resume: bool, overwrite: bool) -> Res
                 mode.name()
             )));
         }
-        for path in [&files.metrics, &files.validation, &files.corpus] {
+        for path in [&files.metrics, &files.validation, &files.corpus, &files.config] {
             let _ = fs::remove_file(path);
         }
         let _ = fs::remove_dir_all(&files.checkpoints);
