@@ -1,4 +1,6 @@
 //! Device-memory telemetry: what the pool holds now, the peak, whether it is leaking.
+//! Where a backend has no pool (the CPU backends), [`host_memory`] reads the process's
+//! resident memory instead, reported as host memory and never as a device figure.
 //!
 //! A caching pool never gives memory back on its own, so "reserved" only ever looks like
 //! it grows. What tells a leak from a warm pool is `bytes_in_use` (live allocations),
