@@ -8,11 +8,13 @@
 # workspace member) runs in the `suite` lane. Doc tests run last. Every line is tagged with
 # its lane (`[device] `, `[suite] `), so `.ci/run` can time each binary.
 #
-# First it checks the formatting (`cargo fmt --all --check`, rustfmt.toml), when rustfmt is
-# installed.
+# First it checks the formatting (`cargo fmt --all --check`, rustfmt.toml); after the build,
+# the lints (`cargo clippy --workspace --all-targets -- -D warnings`, which reuses the
+# build). Each runs where its tool is installed (rustup is asked for it once), and says so
+# where it is not.
 #
-# Exit status: non-zero when the formatting, the build or any test failed; every lane runs
-# to its end.
+# Exit status: non-zero when the formatting, the lints, the build or any test failed;
+# every lane runs to its end.
 # Extra arguments go to the test binaries (after `--`), e.g. `bash scripts/test.sh --nocapture`.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -32,6 +34,14 @@ build_log=$(mktemp)
 trap 'rm -f "$build_log"' EXIT
 cargo test --workspace --no-fail-fast --no-run 2>&1 | tee "$build_log"
 [ "${PIPESTATUS[0]}" -eq 0 ] || exit 1
+
+clippy_status=0
+cargo clippy --version >/dev/null 2>&1 || rustup component add clippy >/dev/null 2>&1
+if cargo clippy --version >/dev/null 2>&1; then
+  cargo clippy --workspace --all-targets -- -D warnings || { clippy_status=$?; echo "test.sh: clippy found warnings" >&2; }
+else
+  echo "test.sh: clippy is not installed (rustup component add clippy); lints not checked" >&2
+fi
 
 mapfile -t targets < <(sed -n 's/^ *Executable tests\/.* (.*\/deps\/\(.*\)-[0-9a-f]*)$/\1/p' "$build_log" | sort -u)
 for t in "${device_lane[@]}"; do
@@ -63,5 +73,5 @@ device_status=$?
 lane doc --doc "${extra[@]}"
 doc_status=$?
 
-echo "test.sh: exit status fmt ${fmt_status}, device ${device_status}, suite ${suite_status}, doc ${doc_status}"
-[ "$fmt_status" -eq 0 ] && [ "$device_status" -eq 0 ] && [ "$suite_status" -eq 0 ] && [ "$doc_status" -eq 0 ]
+echo "test.sh: exit status fmt ${fmt_status}, clippy ${clippy_status}, device ${device_status}, suite ${suite_status}, doc ${doc_status}"
+[ "$fmt_status" -eq 0 ] && [ "$clippy_status" -eq 0 ] && [ "$device_status" -eq 0 ] && [ "$suite_status" -eq 0 ] && [ "$doc_status" -eq 0 ]

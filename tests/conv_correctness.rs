@@ -73,8 +73,7 @@ impl Case {
                 dilation: [rng.random_range(1..=3), rng.random_range(1..=3)],
             };
             // Keep the kernel inside the padded input, and the problem small enough.
-            let fits =
-                (0..2).all(|i| case.size[i] + 2 * case.padding[i] >= case.dilation[i] * (case.kernel[i] - 1) + 1);
+            let fits = (0..2).all(|i| case.size[i] + 2 * case.padding[i] > case.dilation[i] * (case.kernel[i] - 1));
             let work = case.batch * case.in_channels * case.out_channels / case.groups
                 * case.size[0]
                 * case.size[1]

@@ -116,7 +116,7 @@ fn im2col_matches_the_reference_exactly_including_strided_images() {
 #[test]
 fn col2im_matches_the_reference_and_writes_only_its_chunk() {
     let client = WgpuRuntime::client(&WgpuDevice::default());
-    let mut rng = SmallRng::seed_from_u64(0xc012_13);
+    let mut rng = SmallRng::seed_from_u64(0xc0_1213);
     for case_index in 0..CASES {
         let Case { geometry: g, batch, batch_offset, chunk } = random_case(&mut rng);
         let col_shape = [g.col_rows(), chunk * g.col_cols_per_image()];

@@ -120,7 +120,7 @@ impl Gpt2Config {
                 return Err(Gpt2ConfigError::Zero(name));
             }
         }
-        if self.d_model % self.heads != 0 {
+        if !self.d_model.is_multiple_of(self.heads) {
             return Err(Gpt2ConfigError::Heads { d_model: self.d_model, heads: self.heads });
         }
         if !(0.0..1.0).contains(&self.dropout) {

@@ -97,7 +97,7 @@ impl ExecutionConfig {
         match self.trim {
             TrimPolicy::Never => false,
             TrimPolicy::PhaseChange => phase != next,
-            TrimPolicy::EverySteps(n) => n > 0 && (step + 1) % n == 0,
+            TrimPolicy::EverySteps(n) => n > 0 && (step + 1).is_multiple_of(n),
         }
     }
 }

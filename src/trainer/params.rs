@@ -190,6 +190,8 @@ pub fn alignment<B: Backend>(actual: &ParamUpdates<B>, predicted: &ParamUpdates<
         return None;
     };
     let (norm_actual, norm_predicted) = (aa.sqrt(), pp.sqrt());
+    // Written as a negation so that NaN norms return `None` too.
+    #[allow(clippy::nonminimal_bool)]
     if !(norm_actual > 0.0 && norm_predicted > 0.0) || !dot.is_finite() {
         return None;
     }

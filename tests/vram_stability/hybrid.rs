@@ -43,6 +43,7 @@ fn mixed_phases() -> HybridConfig {
         .with_seed(3)
 }
 
+#[allow(clippy::type_complexity)] // the trainer's type, spelled out once
 fn cnn_trainer(
     device: &burn::backend::wgpu::WgpuDevice,
 ) -> HybridTrainer<

@@ -35,6 +35,7 @@ fn config() -> HybridConfig {
         .with_min_gain(-1e9)
 }
 
+#[allow(clippy::type_complexity)] // the trainer's type, spelled out once
 fn trainer(
     device: &burn::backend::wgpu::WgpuDevice,
 ) -> HybridTrainer<B, SmallCnn<B>, impl burn::optim::Optimizer<SmallCnn<B>, B>, (Tensor<B, 4>, Tensor<B, 1, Int>)> {

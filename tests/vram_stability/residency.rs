@@ -60,7 +60,7 @@ fn after_training_only_parameters_and_optimizer_state_are_resident() {
     let (sample, statistics, model) = train_and_settle(&device);
     let live = sample.bytes_in_use - baseline;
     let accounted = accounted_bytes(&model, &statistics);
-    let slack = sample.allocations as u64 * ALIGNMENT;
+    let slack = sample.allocations * ALIGNMENT;
     println!(
         "live {live} B in {} allocations; accounted {accounted} B (parameters {} B, predictor {} B); slack {slack} B",
         sample.allocations,
@@ -90,6 +90,6 @@ fn control_a_cached_column_workspace_breaks_the_bound() {
     let live = sample.bytes_in_use - baseline;
     let accounted = accounted_bytes(&model, &statistics);
     println!("control: live {live} B, accounted {accounted} B, cached workspace {} B", columns * 4);
-    assert!(live > accounted + sample.allocations as u64 * ALIGNMENT, "the cached workspace went unnoticed");
+    assert!(live > accounted + sample.allocations * ALIGNMENT, "the cached workspace went unnoticed");
     drop(cached);
 }

@@ -75,7 +75,7 @@ pub(crate) fn col2im<B: Backend>(
                 .reshape([g.channels, chunk, out_h, out_w])
                 .swap_dims(0, 1);
             let window = tap_window(g, ky, kx);
-            let sum = padded.clone().slice(window.clone()) + part;
+            let sum = padded.clone().slice(window) + part;
             padded = padded.slice_assign(window, sum);
         }
     }

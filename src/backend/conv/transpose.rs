@@ -9,6 +9,9 @@ use leanburn_kernels::ConvGeometry;
 
 use super::{chunks, contiguous, float, ChunkedConv};
 
+/// The inputs handed back when this path declines: `(x, weight, bias)`.
+pub(crate) type Declined<B> = (FloatTensor<B>, FloatTensor<B>, Option<FloatTensor<B>>);
+
 /// `None` when the output padding makes the output larger than the conv2d it is the
 /// adjoint of (`padding_out ≥ stride`); the caller then uses `B`'s own op.
 pub(crate) fn conv_transpose2d<B: ChunkedConv>(
@@ -16,7 +19,7 @@ pub(crate) fn conv_transpose2d<B: ChunkedConv>(
     weight: FloatTensor<B>,
     bias: Option<FloatTensor<B>>,
     options: ConvTransposeOptions<2>,
-) -> Result<FloatTensor<B>, (FloatTensor<B>, FloatTensor<B>, Option<FloatTensor<B>>)> {
+) -> Result<FloatTensor<B>, Declined<B>> {
     let xt = float::<B, 4>(x.clone());
     let wt = float::<B, 4>(weight.clone());
     let [batch, in_channels, in_h, in_w] = xt.dims();

@@ -154,7 +154,7 @@ fn prune(dir: &Path, current: &str, keep: usize) -> Result<(), TrainerError> {
             finished.push((step, entry.path(), name));
         }
     }
-    finished.sort_by(|a, b| b.0.cmp(&a.0));
+    finished.sort_by_key(|entry| std::cmp::Reverse(entry.0));
     for (_, path, name) in finished.into_iter().skip(keep.max(1)) {
         if name != current {
             remove_any(&path)?;
