@@ -36,7 +36,7 @@ cargo test --workspace --no-fail-fast --no-run 2>&1 | tee "$build_log"
 [ "${PIPESTATUS[0]}" -eq 0 ] || exit 1
 
 clippy_status=0
-cargo clippy --version >/dev/null 2>&1 || rustup component add clippy >/dev/null 2>&1
+cargo clippy --version >/dev/null 2>&1 || timeout 120 rustup component add clippy >/dev/null 2>&1
 if cargo clippy --version >/dev/null 2>&1; then
   cargo clippy --workspace --all-targets -- -D warnings || { clippy_status=$?; echo "test.sh: clippy found warnings" >&2; }
 else
