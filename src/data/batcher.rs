@@ -2,8 +2,9 @@
 //!
 //! A window is `seq_len + 1` consecutive tokens: the first `seq_len` are the inputs, the
 //! last `seq_len` the targets (each input's next token). Training draws windows at random
-//! offsets with a seeded [`WindowSampler`]; evaluation walks fixed, non-overlapping
-//! windows with [`evaluation_windows`], so every evaluation sees the same tokens.
+//! offsets with a seeded [`WindowSampler`]; evaluation uses fixed, non-overlapping
+//! windows spread evenly over the split with [`evaluation_windows`], so every evaluation
+//! sees the same tokens, drawn from the whole split rather than from its first file.
 
 use burn::prelude::*;
 use burn::tensor::backend::AutodiffBackend;
@@ -57,11 +58,13 @@ impl WindowSampler {
     }
 }
 
-/// Deterministic evaluation batches: consecutive, non-overlapping windows from the start
-/// of `tokens` (window `k` starts at `k * seq_len`), grouped `batch` at a time, at most
-/// `max_batches` batches. A final partial batch is dropped, so every batch is full; the
-/// result is empty when `tokens` cannot fill one batch, or when `batch` or `seq_len` is
-/// zero.
+/// Deterministic evaluation batches: non-overlapping windows spread evenly over `tokens`,
+/// grouped `batch` at a time, at most `max_batches` batches. `tokens` holds `W` disjoint
+/// windows (window `j` starts at `j * seq_len`); of the `n = batch · batches` taken,
+/// window `k` is number `⌊k · W / n⌋`, so a few batches still sample the whole split
+/// (consecutive windows from its start would sample one file of a corpus). A final
+/// partial batch is dropped, so every batch is full; the result is empty when `tokens`
+/// cannot fill one batch, or when `batch` or `seq_len` is zero.
 pub fn evaluation_windows(tokens: &[u32], batch: usize, seq_len: usize, max_batches: usize) -> Vec<HostBatch> {
     if batch == 0 || seq_len == 0 || tokens.len() <= seq_len {
         return Vec::new();
@@ -69,9 +72,10 @@ pub fn evaluation_windows(tokens: &[u32], batch: usize, seq_len: usize, max_batc
     // Window k needs tokens up to k * seq_len + seq_len inclusive.
     let windows = (tokens.len() - 1) / seq_len;
     let batches = (windows / batch).min(max_batches);
+    let taken = batches * batch;
     (0..batches)
         .map(|b| {
-            let starts = (b * batch..(b + 1) * batch).map(|window| window * seq_len);
+            let starts = (b * batch..(b + 1) * batch).map(|k| k * windows / taken * seq_len);
             HostBatch::from_windows(tokens, starts, batch, seq_len)
         })
         .collect()
@@ -282,8 +286,16 @@ mod tests {
             assert_windows_of_counting_tokens(batch, tokens.len());
         }
         let starts: Vec<i64> = batches.iter().flat_map(|batch| batch.inputs().chunks(4).map(|row| row[0])).collect();
-        assert_eq!(starts, vec![0, 4, 8, 12, 16, 20]);
+        // Six of the eight windows, spread: numbers 0, 1, 2, 4, 5, 6.
+        assert_eq!(starts, vec![0, 4, 8, 16, 20, 24]);
         assert_eq!(batches, evaluation_windows(&tokens, 3, 4, 10));
+        // One batch of two from 1,000 tokens (249 windows): the start and the middle.
+        let spread = evaluation_windows(&count(1000), 2, 4, 1);
+        let starts: Vec<i64> = spread[0].inputs().chunks(4).map(|row| row[0]).collect();
+        assert_eq!(starts, vec![0, 124 * 4]);
+        for batch in &spread {
+            assert_windows_of_counting_tokens(batch, 1000);
+        }
 
         assert_eq!(evaluation_windows(&tokens, 3, 4, 1).len(), 1);
         assert_eq!(evaluation_windows(&tokens, 1, 4, 100).len(), 8);

@@ -61,7 +61,9 @@ pub struct HybridConfig {
     pub initial_scale: f64,
     /// Smallest multiplier a rollback may set. Default 0.1.
     pub min_scale: f64,
-    /// Largest multiplier an efficient block may grow the scale to. Default 1.5.
+    /// Largest multiplier an efficient block may grow the scale to. Default 1.0: jumps
+    /// longer than the predicted displacement passed their probe and still ended runs
+    /// behind all-full (docs/trainer.md).
     pub max_scale: f64,
     /// A predict block starts only when the confidence (the running verified efficiency of
     /// blocks) is at least this, in `[0, 1]`; below it prediction is off until a re-probe
@@ -74,11 +76,13 @@ pub struct HybridConfig {
     /// halves the horizon. Finite. Default 1.0.
     pub hold_efficiency: f64,
     /// The least verified gain a block must show to be kept, as a fraction of what its `h`
-    /// full steps would have gained at the recent pace of full-step losses. A block is
+    /// full steps would have gained at the pace of full steps on the probe set. A block is
     /// kept only if its probe loss is finite and fell by more than `min_gain ×` that
-    /// expected gain (by more than 0 while the pace is unknown). A negative value tolerates
-    /// a loss (and keeps every finite block while the pace is unknown): for tests and
-    /// ablations. Finite. Default 0.5.
+    /// expected gain; while no pace has been read yet (the first block) it is rejected,
+    /// and while the pace is not positive it must fall by more than 0. A negative value
+    /// tolerates a loss (and keeps every finite block, with a pace or without): for tests
+    /// and ablations. Finite. Default 1.0: a kept block must beat the full steps it
+    /// replaces (below 1, hybrid ends behind all-full at equal steps by design).
     pub min_gain: f64,
     /// Weight of the old value in the running full-step loss, in `[0, 1)`. Default 0.9.
     pub running_loss_decay: f64,
@@ -110,11 +114,11 @@ impl Default for HybridConfig {
             ema_decay: 0.9,
             initial_scale: 1.0,
             min_scale: 0.1,
-            max_scale: 1.5,
+            max_scale: 1.0,
             min_confidence: 0.25,
             initial_confidence: 0.5,
             hold_efficiency: 1.0,
-            min_gain: 0.5,
+            min_gain: 1.0,
             running_loss_decay: 0.9,
             cooldown_steps: 10,
             reprobe_steps: 50,
@@ -492,7 +496,7 @@ mod tests {
         ));
         assert_eq!(
             base.with_initial_scale(2.0).validate(),
-            Err(ConfigError::ScaleOrder { min: 0.1, initial: 2.0, max: 1.5 })
+            Err(ConfigError::ScaleOrder { min: 0.1, initial: 2.0, max: 1.0 })
         );
     }
 

@@ -42,6 +42,9 @@ pub enum TrainerError {
     },
     /// A step was given a number of micro-batches other than
     /// [`accumulation_steps`](super::ExecutionConfig::accumulation_steps).
+    /// `with_probe_set` was given no batch.
+    #[error("the probe set needs at least one batch")]
+    EmptyProbeSet,
     #[error("a step takes {expected} micro-batch(es) (accumulation_steps), got {got}")]
     MicroBatches {
         /// `accumulation_steps`.

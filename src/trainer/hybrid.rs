@@ -21,7 +21,7 @@ use super::lr::LrSchedule;
 use super::params::{self, Alignment, ParamUpdates};
 use super::precision::mixed::{self, CastParams};
 use super::precision::{LossScaler, PrecisionConfig, ScaledStep};
-use super::predict::calibration::{confidence_after, evidence, scale_after};
+use super::predict::calibration::{confidence_after, evidence, jump_scale, scale_after};
 use super::predict::guard::RollbackReason;
 use super::predict::phase::Phase;
 use super::predict::predictor::UpdatePredictor;
@@ -74,6 +74,11 @@ where
     pub(super) forward_loss: Option<fn(&M, T) -> Tensor<B, 1>>,
     /// Full-step losses not yet read back.
     pub(super) losses: LossWindow<B::InnerBackend>,
+    /// The batches every block is probed on: the first block's micro-batches, kept for
+    /// the run (not checkpointed: a resumed run takes its next block's).
+    pub(super) probe_set: Option<Vec<T>>,
+    /// Whether the caller gave the probe set (`with_probe_set`).
+    pub(super) probe_set_given: bool,
     pub(super) batch: PhantomData<fn(T)>,
 }
 
@@ -122,6 +127,8 @@ where
             precision: PrecisionConfig::default(),
             forward_loss: None,
             losses: LossWindow::default(),
+            probe_set: None,
+            probe_set_given: false,
             batch: PhantomData,
         }
     }
@@ -183,6 +190,22 @@ where
     /// Appends every step's record to the JSON-lines file at `path`, as a resumed run does.
     pub fn with_metrics_appended(mut self, path: impl AsRef<Path>) -> Result<Self, TrainerError> {
         self.metrics = Some(JsonlWriter::append(path)?);
+        Ok(self)
+    }
+
+    /// Probes every predict block on `batches` (the *probe set*): held-out batches, in
+    /// eval mode, before and after each jump, and also where each verdict leaves the
+    /// weights, which gives the pace of the full steps between blocks on the same data.
+    /// Without it the first block's micro-batches become the probe set. It is not in
+    /// checkpoints: give a resumed run the same set and it continues bit for bit;
+    /// without one, the resumed run takes its next block's and measures the pace anew.
+    /// Fails with [`TrainerError::EmptyProbeSet`] on an empty set.
+    pub fn with_probe_set(mut self, batches: Vec<T>) -> Result<Self, TrainerError> {
+        if batches.is_empty() {
+            return Err(TrainerError::EmptyProbeSet);
+        }
+        self.probe_set = Some(batches);
+        self.probe_set_given = true;
         Ok(self)
     }
 
@@ -353,12 +376,12 @@ where
         let seconds = started.elapsed().as_secs_f64();
 
         if !outcome.rolled_back {
-            // No block while the predictor is empty or the learning rate still warms up.
-            let gate = if self.predictor.is_ready() && self.state.optimizer_step >= self.state.lr.warmup_steps() {
-                self.state.confidence
-            } else {
-                f64::NAN
-            };
+            // No block while the predictor is empty or the learning rate still warms up. With
+            // prediction off the predictor may be empty: the gate is closed anyway, and its
+            // full steps count towards the re-probe (by which the predictor is refilled).
+            let warm = self.state.optimizer_step >= self.state.lr.warmup_steps();
+            let off = self.state.confidence < self.state.config.min_confidence;
+            let gate = if warm && (self.predictor.is_ready() || off) { self.state.confidence } else { f64::NAN };
             self.state.schedule.advance(&self.state.config, gate);
         }
         if self.execution.trims_after(self.state.step, phase, self.state.schedule.current()) {
@@ -444,12 +467,10 @@ where
     }
 
     /// Reads back the full-step losses still on the device and feeds their mean to the
-    /// guard, at the middle of the schedule positions they were taken at (the last one
-    /// being the current position). Returns the mean, `None` when there were none.
+    /// guard's running loss. Returns the mean, `None` when there were none.
     fn read_losses(&mut self) -> Option<f64> {
-        let (mean, steps) = self.losses.read()?;
-        let position = self.state.optimizer_step.saturating_sub(steps.saturating_sub(1) / 2);
-        self.state.guard.observe_full(position, mean);
+        let (mean, _) = self.losses.read()?;
+        self.state.guard.observe_full(mean);
         Some(mean)
     }
 
@@ -563,8 +584,13 @@ where
 
         let optimizer_step = self.state.optimizer_step;
         let lr = self.state.lr.at(optimizer_step);
-        let alignment = if self.state.config.is_all_full() {
-            // The baseline never predicts: no updates to record, nothing to feed.
+        let alignment = if !self.feeds_predictor() {
+            // The baseline never predicts, and a run with prediction off does not until its
+            // re-probe nears: no updates to record. The averages are dropped (stale by the
+            // re-probe, and a copy of the parameters).
+            if !self.predictor.is_empty() {
+                self.predictor.clear();
+            }
             let model = <M as TrainStep>::optimize::<B, O>(model, &mut self.optimizer, lr, grads);
             self.model = Some(model);
             None
@@ -580,6 +606,7 @@ where
             self.predictor.observe(&deltas, lr);
             alignment
         };
+        self.state.guard.probe.count_full_step();
         self.state.optimizer_step += 1;
         Ok(StepOutcome {
             loss,
@@ -593,6 +620,21 @@ where
             efficiency: None,
             ran_full: false,
         })
+    }
+
+    /// Whether a full step records its update for the predictor: never in the all-full
+    /// baseline; with prediction off, only over the last [`predictor_refill`] full steps
+    /// before the re-probe, so the average is fresh by then and the bookkeeping (a pass
+    /// over the parameters per step) and the averages' memory are saved meanwhile.
+    fn feeds_predictor(&self) -> bool {
+        let (config, confidence) = (&self.state.config, self.state.confidence);
+        if config.is_all_full() || self.state.schedule.is_off_for_good(config, confidence) {
+            return false;
+        }
+        match self.state.schedule.full_steps_until_reprobe(config, confidence) {
+            Some(left) => left <= predictor_refill(config),
+            None => true,
+        }
     }
 
     /// On the first correct step after a kept block, compares the real update with the
@@ -642,26 +684,46 @@ where
             self.state.optimizer_step += 1;
             return Ok(coasting);
         }
-        // The pace must include every full step (normally read already, as the last step
-        // of its phase).
+        // The running loss includes every full step (normally read already, as the last
+        // step of its phase).
         self.read_losses();
         let steps = self.state.schedule.steps_left();
         let rates: f64 = (0..steps).map(|j| self.state.lr.at(optimizer_step + j)).sum();
-        // Probed twice, and trained on if the block is rejected.
+        // Trained on if the block is rejected (and the run's probe set if none is held).
         let batches: Vec<T> = micro_batches.collect();
+
+        if self.probe_set.is_none() {
+            // A new probe set: readings on another one do not pair with it.
+            self.state.guard.probe.reset();
+        }
+        let probe_set = self.probe_set.get_or_insert_with(|| batches.clone()).clone();
 
         let model = self.model.take().ok_or(TrainerError::ModelLost)?;
         let snapshot = Snapshot::take(&model.valid(), self.state.config.snapshot);
         self.state.statistics.snapshot_bytes = self.state.statistics.snapshot_bytes.max(snapshot.bytes());
-        let before = self.probe(&model, &batches);
+        let before = self.probe(&model, &probe_set);
+        if !before.is_finite() && !self.probe_set_given {
+            // A probe set the model cannot score would reject every block: take the next
+            // block's instead.
+            self.probe_set = None;
+        }
+        self.state.guard.probe.read_start(before);
+        self.state.scale = jump_scale(self.state.scale, self.state.schedule.is_reprobe(), &self.state.config);
         let prediction = self.predictor.predict(rates);
         let model = params::apply_update::<B, M>(model, &prediction, self.state.scale);
         drop(prediction);
-        let after = self.probe(&model, &batches);
+        let after = self.probe(&model, &probe_set);
+        drop(probe_set);
 
         let verdict = self.state.guard.judge_block(before, after, steps);
-        self.state.confidence = confidence_after(self.state.confidence, &verdict, self.state.schedule.is_reprobe());
-        self.state.scale = scale_after(self.state.scale, &verdict, &self.state.config);
+        // Where the verdict leaves the weights: the jump, or the block's start restored.
+        self.state.guard.probe.mark(if verdict.keep { after } else { before });
+        // A block with no pace to be judged against says nothing for or against prediction.
+        let unpaired = matches!(verdict.reason, Some(RollbackReason::Unpaired { .. }));
+        if !unpaired {
+            self.state.confidence = confidence_after(self.state.confidence, &verdict, self.state.schedule.is_reprobe());
+            self.state.scale = scale_after(self.state.scale, &verdict, &self.state.config);
+        }
         let gain = verdict.gain.is_finite().then_some(verdict.gain);
         if verdict.keep {
             drop((snapshot, batches));
@@ -680,14 +742,26 @@ where
             return Ok(StepOutcome { loss: Some(after), gain, efficiency: verdict.efficiency, ..coasting });
         }
         let reason = verdict.reason.unwrap_or(RollbackReason::NonFinite(after));
-        self.state.schedule.rollback(&self.state.config);
-        tracing::warn!(
-            step = self.state.step,
-            %reason,
-            confidence = self.state.confidence,
-            scale = self.state.scale,
-            "predicted block rolled back; the step trains as a full step"
-        );
+        if unpaired {
+            self.state.schedule.postpone(&self.state.config);
+        } else {
+            self.state.schedule.rollback(&self.state.config);
+        }
+        if unpaired {
+            tracing::info!(
+                step = self.state.step,
+                %reason,
+                "first block on this probe set: nothing to judge it against yet; the step trains as a full step"
+            );
+        } else {
+            tracing::warn!(
+                step = self.state.step,
+                %reason,
+                confidence = self.state.confidence,
+                scale = self.state.scale,
+                "predicted block rolled back; the step trains as a full step"
+            );
+        }
         self.model = Some(snapshot.restore::<B, M>(model));
         let full = self.full_step(Phase::Full, batches.into_iter())?;
         Ok(StepOutcome { rolled_back: true, gain, efficiency: verdict.efficiency, ran_full: true, ..full })
@@ -711,4 +785,11 @@ where
         }
         loss_sum.map_or(f64::NAN, |sum| sum.into_scalar().elem::<f64>() / batches.len() as f64)
     }
+}
+
+/// Full steps the predictor is fed before a re-probe: twice the moving average's time
+/// constant `1 / (1 − ema_decay)` (20 at the default 0.9), which leaves the average
+/// `ema_decay^refill` (12%) of its first observation.
+fn predictor_refill(config: &HybridConfig) -> usize {
+    ((2.0 / (1.0 - config.ema_decay)).ceil() as usize).max(1)
 }

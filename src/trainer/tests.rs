@@ -358,15 +358,89 @@ fn the_off_switch_stops_blocks_that_gain_too_little_and_reprobes_later() {
         starts
     };
     let starts = blocks(hurtful(0.25));
-    // Two rejected blocks (confidence 0.5 → 0.25 → 0.125) turn prediction off; afterwards
-    // one re-probe block per 10 full steps at most.
-    assert!(starts.len() >= 3, "{starts:?}");
-    for pair in starts[1..].windows(2) {
+    // The first block has no pace to be judged against (it changes nothing); the next
+    // two are rejected (confidence 0.5 → 0.25 → 0.125) and turn prediction off;
+    // afterwards one re-probe block per 10 full steps at most.
+    assert!(starts.len() >= 4, "{starts:?}");
+    for pair in starts[2..].windows(2) {
         assert!(pair[1] - pair[0] > 10, "blocks too close after the switch went off: {starts:?}");
     }
     // Control: with the gate never closing (min_confidence 0), the same run keeps trying.
     let control = blocks(hurtful(0.25).with_min_confidence(0.0));
     assert!(control.len() > 2 * starts.len(), "control {control:?} vs {starts:?}");
+}
+
+#[test]
+fn with_prediction_off_the_predictor_is_dropped_and_refilled_before_each_reprobe() {
+    // Every block hurts (a jump 10⁴ times too far), so prediction goes off; re-probes every
+    // 30 full steps; ema_decay 0.5 refills the predictor over the last 4 full steps.
+    let hurtful = config()
+        .with_min_gain(0.25)
+        .with_min_confidence(0.25)
+        .with_initial_confidence(0.5)
+        .with_cooldown_steps(0)
+        .with_reprobe_steps(30)
+        .with_ema_decay(0.5)
+        .with_initial_scale(1e4)
+        .with_min_scale(1e4)
+        .with_max_scale(1e4);
+    let run = |config: HybridConfig| {
+        let mut trainer = sgd_trainer(config);
+        let (mut empty_steps, mut blocks) = (0, 0);
+        for step in 0..120 {
+            if trainer.phase() == Phase::Predict {
+                assert!(trainer.predictor().is_ready(), "step {step}: a block with an empty predictor");
+            }
+            let record = trainer.step(batch(step)).expect("step");
+            blocks += usize::from(record.gain.is_some());
+            empty_steps += usize::from(trainer.predictor().is_empty());
+        }
+        (empty_steps, blocks)
+    };
+    let (empty_steps, blocks) = run(hurtful.clone());
+    // Off after the third block; then 3 re-probes, each after 26 unfed full steps.
+    assert!(blocks >= 5, "{blocks} blocks");
+    assert!(empty_steps >= 60, "the predictor was empty for {empty_steps} steps");
+    // Control: with the gate held open the predictor is always fed.
+    let (empty_steps, _) = run(hurtful.with_min_confidence(0.0));
+    assert_eq!(empty_steps, 0);
+}
+
+/// The mean loss of `batches` on the inner model, as a probe reads it.
+fn probe_loss(model: &Regressor<Train>, batches: &[Batch]) -> f64 {
+    use burn::module::AutodiffModule;
+    use burn::tensor::ElementConversion;
+    let inner = model.valid();
+    let sum: f64 = batches
+        .iter()
+        .map(|batch| {
+            let (inputs, targets) = batch.clone();
+            let output = InferenceStep::step(&inner, (inputs.inner(), targets.inner()));
+            output.loss.into_scalar().elem::<f64>()
+        })
+        .sum();
+    sum / batches.len() as f64
+}
+
+#[test]
+fn every_block_is_probed_on_the_probe_set() {
+    let probe_set = vec![batch(1000), batch(1001)];
+    let mut trainer = sgd_trainer(config()).with_probe_set(probe_set.clone()).expect("probe set");
+    let mut probed = 0;
+    for step in 0..20 {
+        let record = trainer.step(batch(step)).expect("step");
+        if record.gain.is_some() && !record.rolled_back {
+            // The record's loss is the probe after the jump: the probe set's, not the batch's.
+            let on_set = probe_loss(trainer.model(), &probe_set);
+            let on_batch = probe_loss(trainer.model(), &[batch(step)]);
+            let loss = record.loss.expect("probe loss");
+            assert!((loss - on_set).abs() <= 1e-6 * on_set.max(1.0), "step {step}: {loss} vs {on_set}");
+            assert!((loss - on_batch).abs() > 1e-4, "control: the block's own batch reads {on_batch}");
+            probed += 1;
+        }
+    }
+    assert!(probed >= 2, "{probed} blocks kept");
+    assert!(matches!(sgd_trainer(config()).with_probe_set(Vec::new()), Err(TrainerError::EmptyProbeSet)));
 }
 
 #[test]
@@ -382,7 +456,9 @@ fn resumes_from_a_checkpoint_exactly() {
         )
         .expect("valid configuration")
     };
-    let mut original = make();
+    // The probe set is not checkpointed: given again, the run continues exactly.
+    let probe_set = || vec![batch(1000), batch(1001)];
+    let mut original = make().with_probe_set(probe_set()).expect("probe set");
     let mut step = 0;
     while step < 8 {
         original.step(batch(step)).expect("step");
@@ -392,7 +468,9 @@ fn resumes_from_a_checkpoint_exactly() {
     assert!(saved.ends_with(format!("ckpt-{step:08}")));
 
     let mut resumed = HybridTrainer::resume(Regressor::<Train>::new(&DEVICE), AdamConfig::new().init(), &dir, DEVICE)
-        .expect("resume");
+        .expect("resume")
+        .with_probe_set(probe_set())
+        .expect("probe set");
     assert_eq!(resumed.steps_taken(), original.steps_taken());
     assert_eq!(resumed.phase(), original.phase());
     assert_eq!(resumed.state(), original.state());

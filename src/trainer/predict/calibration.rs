@@ -9,7 +9,10 @@
 //!   (a block tried while prediction was off) replaces it outright, so one good block
 //!   turns prediction back on and one poor one leaves it off.
 //! - **Scale** grows by a quarter (up to `max_scale`) after a kept block whose efficiency
-//!   reached `hold_efficiency`, and halves (down to `min_scale`) after a rollback.
+//!   reached `hold_efficiency`, and halves (down to `min_scale`) after a rollback. A
+//!   re-probe jumps at `initial_scale` again: the rollbacks that turned prediction off
+//!   halved the scale, and a jump a tenth as long gains about a tenth as much, so a
+//!   re-probe at that scale could never turn prediction back on.
 
 use crate::trainer::config::HybridConfig;
 use crate::trainer::predict::guard::BlockVerdict;
@@ -32,6 +35,15 @@ pub fn confidence_after(confidence: f64, verdict: &BlockVerdict, reprobe: bool) 
         evidence
     } else {
         (0.5 * confidence + 0.5 * evidence).clamp(0.0, 1.0)
+    }
+}
+
+/// The scale a block jumps with: its own, or `initial_scale` for a re-probe.
+pub fn jump_scale(scale: f64, reprobe: bool, config: &HybridConfig) -> f64 {
+    if reprobe {
+        config.initial_scale
+    } else {
+        scale
     }
 }
 
@@ -96,5 +108,12 @@ mod tests {
         assert_eq!(scale_after(1.0, &rolled_back(Some(0.1), 0.01), &config), 0.5);
         assert_eq!(scale_after(1.9, &kept(Some(0.9), 0.1), &config), 2.0);
         assert_eq!(scale_after(0.15, &rolled_back(None, -1.0), &config), 0.1);
+    }
+
+    #[test]
+    fn a_reprobe_jumps_at_the_initial_scale() {
+        let config = HybridConfig::default().with_initial_scale(1.0).with_min_scale(0.1);
+        assert_eq!(jump_scale(0.1, true, &config), 1.0);
+        assert_eq!(jump_scale(0.1, false, &config), 0.1, "control: an ordinary block keeps its scale");
     }
 }

@@ -1,32 +1,83 @@
 //! The block verifier: decides whether a predicted block earned its place.
 //!
-//! A block is judged on a *paired* probe: the loss of the same batch, in the same (eval)
-//! mode, on the weights the block started from and on the weights after its jump. Its
-//! gain `before − after` is set against what the block's `h` full steps would have gained
-//! at the recent *pace*: the least-squares slope of the last full-step losses against
-//! their schedule position. Full-step losses are the only input to the pace and the
-//! running loss; a predicted loss is never fed in, so predictions cannot excuse
-//! themselves.
+//! A block is judged on a *paired* probe: the loss of the fixed probe set (the same
+//! batches every block, in eval mode), on the weights the block started from and on the
+//! weights after its jump. Its gain `before − after` is set against what the block's `h`
+//! full steps would have gained at the recent *pace*, measured like with like: the probe
+//! set's loss is also read where each block's verdict leaves the weights, so the next
+//! block's `before` gives the gain of the full steps in between, on the same batches
+//! ([`ProbePace`]). Until one such stretch has been read there is nothing to compare a
+//! jump with, and the block is rejected (it trains as a full step). The slope of
+//! full-step losses, used before, lagged behind a steepening loss curve and mixed
+//! batches whose losses spread by nats, and kept blocks that ended runs behind all-full.
+//! A predicted loss is never fed in, so predictions cannot excuse themselves.
 
 use std::collections::VecDeque;
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-/// Full-step losses the pace is fitted to.
-const PACE_WINDOW: usize = 64;
-/// Fewest full-step losses a pace is fitted to.
-const PACE_MIN_POINTS: usize = 3;
+/// Stretches between blocks the probe-set pace is taken over.
+const PROBE_STRETCHES: usize = 4;
 
-/// Running full-step loss, the recent pace, and the gain a block must show.
+/// The pace of full steps on the fixed probe set: its loss where a block's verdict left
+/// the weights (the *mark*), the full steps since, and the gain those steps made by the
+/// next block's start. Same batches, same mode at both ends: a paired reading.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ProbePace {
+    mark: Option<f64>,
+    full_steps: u64,
+    /// (gain, full steps) of the latest stretches, oldest first.
+    stretches: VecDeque<(f64, u64)>,
+}
+
+impl ProbePace {
+    /// Forgets every reading: the probe set changed (a resumed run takes a new one).
+    pub fn reset(&mut self) {
+        *self = Self::default();
+    }
+
+    /// One full step trained since the mark.
+    pub fn count_full_step(&mut self) {
+        self.full_steps += 1;
+    }
+
+    /// The probe set's loss at a block's start: closes the stretch since the mark.
+    pub fn read_start(&mut self, loss: f64) {
+        if let Some(mark) = self.mark.take() {
+            if self.full_steps > 0 && loss.is_finite() {
+                if self.stretches.len() == PROBE_STRETCHES {
+                    self.stretches.pop_front();
+                }
+                self.stretches.push_back((mark - loss, self.full_steps));
+            }
+        }
+        self.full_steps = 0;
+    }
+
+    /// The probe set's loss where the block's verdict left the weights.
+    pub fn mark(&mut self, loss: f64) {
+        self.mark = loss.is_finite().then_some(loss);
+        self.full_steps = 0;
+    }
+
+    /// Probe-set loss gained per full step over the latest stretches (their total gain
+    /// over their total steps); `None` before the first stretch.
+    pub fn pace(&self) -> Option<f64> {
+        let steps: u64 = self.stretches.iter().map(|&(_, steps)| steps).sum();
+        (steps > 0).then(|| self.stretches.iter().map(|&(gain, _)| gain).sum::<f64>() / steps as f64)
+    }
+}
+
+/// Running full-step loss, the pace on the probe set, and the gain a block must show.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct LossGuard {
     running: Option<f64>,
     decay: f64,
     min_gain: f64,
-    /// (schedule position, loss) of the latest full steps, oldest first.
+    /// The pace on the probe set, once a stretch between blocks has been read.
     #[serde(default)]
-    recent: VecDeque<(u64, f64)>,
+    pub(crate) probe: ProbePace,
 }
 
 /// Why a predicted block was rolled back.
@@ -34,6 +85,12 @@ pub struct LossGuard {
 pub enum RollbackReason {
     /// The probe loss after the jump was NaN or infinite.
     NonFinite(f64),
+    /// No stretch of full steps has been read on the probe set yet (the first block of a
+    /// run, or of a new probe set): nothing to compare the jump with.
+    Unpaired {
+        /// Probe loss before the jump minus after it.
+        gain: f64,
+    },
     /// The probe loss did not fall by more than the block had to gain.
     TooLittleGain {
         /// Probe loss before the jump minus after it.
@@ -47,6 +104,9 @@ impl fmt::Display for RollbackReason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             RollbackReason::NonFinite(loss) => write!(f, "non-finite probe loss {loss}"),
+            RollbackReason::Unpaired { gain } => {
+                write!(f, "probe gain {gain} with no pace of full steps on the probe set yet")
+            }
             RollbackReason::TooLittleGain { gain, required } => {
                 write!(f, "probe gain {gain} not above the required {required}")
             }
@@ -61,7 +121,7 @@ pub struct BlockVerdict {
     pub keep: bool,
     /// Probe loss before the jump minus after it (NaN when the after-loss was not finite).
     pub gain: f64,
-    /// `gain` over what `h` full steps would have gained at the recent pace; `None` while
+    /// `gain` over what `h` full steps would have gained at the probe pace; `None` while
     /// the pace is unknown or not positive.
     pub efficiency: Option<f64>,
     /// Why the block is rolled back, when it is.
@@ -72,12 +132,11 @@ impl LossGuard {
     /// A guard with no loss seen yet. `decay` weighs the old running value; `min_gain` is
     /// [`HybridConfig::min_gain`](crate::trainer::HybridConfig::min_gain).
     pub fn new(decay: f64, min_gain: f64) -> Self {
-        Self { running: None, decay, min_gain, recent: VecDeque::new() }
+        Self { running: None, decay, min_gain, probe: ProbePace::default() }
     }
 
-    /// Feeds the loss of a full step taken at schedule position `position`; non-finite
-    /// losses are ignored.
-    pub fn observe_full(&mut self, position: usize, loss: f64) {
+    /// Feeds the loss of a full step into the running loss; non-finite losses are ignored.
+    pub fn observe_full(&mut self, loss: f64) {
         if !loss.is_finite() {
             return;
         }
@@ -85,36 +144,15 @@ impl LossGuard {
             None => loss,
             Some(running) => self.decay * running + (1.0 - self.decay) * loss,
         });
-        if self.recent.len() == PACE_WINDOW {
-            self.recent.pop_front();
-        }
-        self.recent.push_back((position as u64, loss));
-    }
-
-    /// Loss the recent full steps gained per schedule step: minus the least-squares slope
-    /// of their losses against their positions. `None` before three losses at two
-    /// positions at least.
-    pub fn pace(&self) -> Option<f64> {
-        if self.recent.len() < PACE_MIN_POINTS {
-            return None;
-        }
-        let n = self.recent.len() as f64;
-        let mean_x = self.recent.iter().map(|&(x, _)| x as f64).sum::<f64>() / n;
-        let mean_y = self.recent.iter().map(|&(_, y)| y).sum::<f64>() / n;
-        let (mut sxy, mut sxx) = (0.0, 0.0);
-        for &(x, y) in &self.recent {
-            let dx = x as f64 - mean_x;
-            sxy += dx * (y - mean_y);
-            sxx += dx * dx;
-        }
-        (sxx > 0.0).then(|| -sxy / sxx)
     }
 
     /// Judges a block of `steps` predicted steps from its probe losses before and after
     /// the jump. It is kept when `after` is finite and the gain is above
-    /// `min_gain · pace · steps`. While the pace is unknown or not positive, the gain must
-    /// be above 0 for `min_gain ≥ 0`, and any finite probe is kept for a negative
-    /// `min_gain` (which tolerates a loss).
+    /// `min_gain · pace · steps`, the pace being the probe set's ([`ProbePace`]). While
+    /// that pace is unknown the block is rejected ([`RollbackReason::Unpaired`]); while it
+    /// is not positive (full steps gained nothing on the probe set) the gain must be above
+    /// 0. A negative `min_gain` (which tolerates a loss) keeps any finite probe in both
+    /// cases: for tests and ablations.
     pub fn judge_block(&self, before: f64, after: f64, steps: usize) -> BlockVerdict {
         if !after.is_finite() {
             return BlockVerdict {
@@ -125,20 +163,19 @@ impl LossGuard {
             };
         }
         let gain = before - after;
-        let expected = self.pace().map(|pace| pace * steps as f64).filter(|e| *e > 0.0);
+        let pace = self.probe.pace();
+        let expected = pace.map(|pace| pace * steps as f64).filter(|e| *e > 0.0);
         let efficiency = expected.map(|expected| gain / expected);
-        let required = match expected {
-            Some(expected) => self.min_gain * expected,
-            None if self.min_gain < 0.0 => f64::NEG_INFINITY,
-            None => 0.0,
+        let (keep, reason) = match (pace, expected) {
+            (_, Some(expected)) => {
+                let required = self.min_gain * expected;
+                (gain > required, RollbackReason::TooLittleGain { gain, required })
+            }
+            _ if self.min_gain < 0.0 => (true, RollbackReason::TooLittleGain { gain, required: f64::NEG_INFINITY }),
+            (None, None) => (false, RollbackReason::Unpaired { gain }),
+            (Some(_), None) => (gain > 0.0, RollbackReason::TooLittleGain { gain, required: 0.0 }),
         };
-        let keep = gain > required;
-        BlockVerdict {
-            keep,
-            gain,
-            efficiency,
-            reason: (!keep).then_some(RollbackReason::TooLittleGain { gain, required }),
-        }
+        BlockVerdict { keep, gain, efficiency, reason: (!keep).then_some(reason) }
     }
 
     /// The running full-step loss, once one has been seen.
@@ -151,12 +188,14 @@ impl LossGuard {
 mod tests {
     use super::*;
 
-    /// A guard fed losses falling by `pace` per step from 10 at positions 0..n.
-    fn falling(pace: f64, n: usize, min_gain: f64) -> LossGuard {
+    /// A guard whose probe set gained `pace` per full step over one stretch.
+    fn paced(pace: f64, min_gain: f64) -> LossGuard {
         let mut guard = LossGuard::new(0.9, min_gain);
-        for step in 0..n {
-            guard.observe_full(step, 10.0 - pace * step as f64);
+        guard.probe.mark(10.0);
+        for _ in 0..10 {
+            guard.probe.count_full_step();
         }
+        guard.probe.read_start(10.0 - 10.0 * pace);
         guard
     }
 
@@ -164,45 +203,58 @@ mod tests {
     fn first_loss_sets_the_running_value_then_it_decays() {
         let mut guard = LossGuard::new(0.9, 0.25);
         assert_eq!(guard.running(), None);
-        guard.observe_full(0, 2.0);
+        guard.observe_full(2.0);
         assert_eq!(guard.running(), Some(2.0));
-        guard.observe_full(1, 1.0);
+        guard.observe_full(1.0);
         assert!((guard.running().expect("running") - 1.9).abs() < 1e-12);
     }
 
     #[test]
     fn non_finite_full_losses_are_ignored() {
         let mut guard = LossGuard::new(0.9, 0.25);
-        guard.observe_full(0, f64::NAN);
+        guard.observe_full(f64::NAN);
         assert_eq!(guard.running(), None);
-        guard.observe_full(1, 2.0);
-        guard.observe_full(2, f64::INFINITY);
+        guard.observe_full(2.0);
+        guard.observe_full(f64::INFINITY);
         assert_eq!(guard.running(), Some(2.0));
-        assert_eq!(guard.pace(), None, "one finite loss gives no pace");
     }
 
     #[test]
-    fn the_pace_is_the_fitted_loss_drop_per_step_over_the_window() {
-        let guard = falling(0.01, 10, 0.25);
-        assert!((guard.pace().expect("pace") - 0.01).abs() < 1e-12);
-        // Only the last PACE_WINDOW losses count: a steep start is forgotten.
-        let mut guard = falling(1.0, 10, 0.25);
-        for step in 10..10 + PACE_WINDOW {
-            guard.observe_full(step, 5.0 - 0.002 * step as f64);
+    fn the_probe_pace_is_the_paired_gain_of_the_full_steps_between_blocks() {
+        let mut pace = ProbePace::default();
+        assert_eq!(pace.pace(), None);
+        pace.read_start(5.0); // the first block: nothing marked yet
+        assert_eq!(pace.pace(), None);
+        pace.mark(4.0);
+        for _ in 0..3 {
+            pace.count_full_step();
         }
-        assert!((guard.pace().expect("pace") - 0.002).abs() < 1e-9);
-        // Losses at one position only: no slope.
-        let mut flat = LossGuard::new(0.9, 0.25);
-        for _ in 0..5 {
-            flat.observe_full(7, 1.0);
+        pace.read_start(3.7); // 0.3 over 3 full steps
+        assert!((pace.pace().expect("pace") - 0.1).abs() < 1e-12);
+        pace.mark(3.0);
+        pace.count_full_step();
+        pace.read_start(3.1); // a stretch that lost 0.1 in 1 step
+        assert!((pace.pace().expect("pace") - 0.05).abs() < 1e-12, "(0.3 - 0.1) / 4");
+        // A block straight after another (no full step between) adds no stretch.
+        pace.mark(3.0);
+        pace.read_start(2.0);
+        assert!((pace.pace().expect("pace") - 0.05).abs() < 1e-12);
+        // Only the latest PROBE_STRETCHES count.
+        for _ in 0..PROBE_STRETCHES {
+            pace.mark(2.0);
+            pace.count_full_step();
+            pace.count_full_step();
+            pace.read_start(1.0);
         }
-        assert_eq!(flat.pace(), None);
+        assert!((pace.pace().expect("pace") - 0.5).abs() < 1e-12);
+        pace.reset();
+        assert_eq!(pace.pace(), None);
     }
 
     #[test]
     fn a_block_must_gain_its_share_of_what_its_full_steps_would_have() {
         // Pace 0.01 per step, 4 steps: 0.04 expected, 0.01 required at min_gain 0.25.
-        let guard = falling(0.01, 10, 0.25);
+        let guard = paced(0.01, 0.25);
         let kept = guard.judge_block(3.0, 2.98, 4);
         assert!(kept.keep && kept.reason.is_none());
         assert!((kept.efficiency.expect("efficiency") - 0.5).abs() < 1e-9);
@@ -210,7 +262,7 @@ mod tests {
         assert!(!thin.keep);
         match thin.reason {
             Some(RollbackReason::TooLittleGain { gain, required }) => {
-                assert!((gain - 0.005).abs() < 1e-9 && (required - 0.01).abs() < 1e-12);
+                assert!((gain - 0.005).abs() < 1e-9 && (required - 0.01).abs() < 1e-9);
             }
             other => panic!("expected too little gain, got {other:?}"),
         }
@@ -218,30 +270,32 @@ mod tests {
     }
 
     #[test]
+    fn without_a_paired_pace_a_block_is_rejected_however_much_it_gained() {
+        let unpaired = LossGuard::new(0.9, 1.0);
+        let verdict = unpaired.judge_block(3.0, 1.0, 4);
+        assert!(!verdict.keep && verdict.efficiency.is_none());
+        assert!(matches!(verdict.reason, Some(RollbackReason::Unpaired { gain }) if (gain - 2.0).abs() < 1e-12));
+        // Control: the same probe with a paired pace is judged on it, and kept.
+        assert!(paced(0.01, 1.0).judge_block(3.0, 1.0, 4).keep);
+    }
+
+    #[test]
     fn without_a_positive_pace_a_block_must_still_lower_the_probe() {
-        let rising = {
-            let mut guard = LossGuard::new(0.9, 0.25);
-            for step in 0..5 {
-                guard.observe_full(step, 1.0 + 0.1 * step as f64);
-            }
-            guard
-        };
-        let unknown = LossGuard::new(0.9, 0.25);
-        for guard in [rising, unknown] {
-            let kept = guard.judge_block(2.0, 1.999, 4);
-            assert!(kept.keep && kept.efficiency.is_none());
-            assert!(!guard.judge_block(2.0, 2.0, 4).keep, "no gain is not kept");
-        }
+        // Full steps made the probe set worse: any gain beats them.
+        let rising = paced(-0.01, 1.0);
+        let kept = rising.judge_block(2.0, 1.999, 4);
+        assert!(kept.keep && kept.efficiency.is_none());
+        assert!(!rising.judge_block(2.0, 2.0, 4).keep, "no gain is not kept");
     }
 
     #[test]
     fn non_finite_probes_are_rolled_back_whatever_the_setting() {
         for min_gain in [0.25, -1e9] {
-            let guard = falling(0.01, 10, min_gain);
+            let guard = paced(0.01, min_gain);
             let verdict = guard.judge_block(3.0, f64::NAN, 4);
             assert!(!verdict.keep && matches!(verdict.reason, Some(RollbackReason::NonFinite(_))));
         }
-        let permissive = falling(0.01, 10, -1e9);
+        let permissive = paced(0.01, -1e9);
         assert!(permissive.judge_block(3.0, 30.0, 4).keep, "a very negative min_gain keeps every finite block");
         assert!(
             LossGuard::new(0.9, -1.0).judge_block(3.0, 30.0, 4).keep,
@@ -253,5 +307,7 @@ mod tests {
     fn reasons_read_well() {
         let reason = RollbackReason::TooLittleGain { gain: 0.005, required: 0.01 };
         assert_eq!(reason.to_string(), "probe gain 0.005 not above the required 0.01");
+        let reason = RollbackReason::Unpaired { gain: 0.5 };
+        assert_eq!(reason.to_string(), "probe gain 0.5 with no pace of full steps on the probe set yet");
     }
 }

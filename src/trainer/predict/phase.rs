@@ -110,6 +110,19 @@ impl PhaseSchedule {
         self.reprobe
     }
 
+    /// With prediction off (the gate closed by a low confidence), the full steps left
+    /// before the re-probe; `None` while the gate is open, or when no re-probe will come
+    /// (`reprobe_steps` 0).
+    pub fn full_steps_until_reprobe(&self, config: &HybridConfig, confidence: f64) -> Option<usize> {
+        (confidence < config.min_confidence && config.reprobe_steps > 0)
+            .then(|| config.reprobe_steps.saturating_sub(self.closed_for))
+    }
+
+    /// Whether prediction is off for good: the gate closed and no re-probe will come.
+    pub fn is_off_for_good(&self, config: &HybridConfig, confidence: f64) -> bool {
+        confidence < config.min_confidence && config.reprobe_steps == 0
+    }
+
     /// Predict steps the next block will have.
     pub fn horizon(&self) -> usize {
         self.horizon
@@ -157,6 +170,16 @@ impl PhaseSchedule {
         self.enter(Phase::Full, config.cooldown_steps);
         self.cooldown_left = config.cooldown_steps;
         self.horizon = config.min_horizon;
+    }
+
+    /// A block that could not be judged (no pace on the probe set yet) trains as a full
+    /// step and is followed by `max(cooldown_steps, 1)` more, which measure that pace;
+    /// unlike [`rollback`](Self::rollback) the horizon stays, since the block said nothing
+    /// against it.
+    pub fn postpone(&mut self, config: &HybridConfig) {
+        let horizon = self.horizon;
+        self.rollback(config);
+        self.horizon = horizon;
     }
 
     /// Adjusts the horizon from a kept block's verified efficiency: at least
@@ -253,6 +276,34 @@ mod tests {
         assert_eq!(schedule.cooldown_left, 3);
         assert_eq!(phases(&mut schedule, &config, 6, 1.0), vec![F, F, F, P, C, F]);
         assert_eq!(schedule.cooldown_left, 0);
+    }
+
+    #[test]
+    fn a_postponed_block_keeps_its_horizon_and_waits_out_the_cooldown() {
+        let config = config();
+        let mut schedule = PhaseSchedule::new(&config);
+        phases(&mut schedule, &config, 4, 1.0);
+        let horizon = schedule.horizon();
+        assert!(horizon > config.min_horizon);
+        schedule.postpone(&config);
+        assert_eq!(schedule.current(), F);
+        assert_eq!(schedule.horizon(), horizon, "control: rollback sets min_horizon (test above)");
+        assert_eq!(phases(&mut schedule, &config, 4, 1.0), vec![F, F, F, P]);
+    }
+
+    #[test]
+    fn the_steps_until_a_reprobe_count_down_while_the_gate_is_closed() {
+        let config = config().with_reprobe_steps(4);
+        let mut schedule = PhaseSchedule::new(&config);
+        phases(&mut schedule, &config, 3, 0.1); // warmup: not counted
+        assert_eq!(schedule.full_steps_until_reprobe(&config, 0.1), Some(4));
+        phases(&mut schedule, &config, 3, 0.1);
+        assert_eq!(schedule.full_steps_until_reprobe(&config, 0.1), Some(1));
+        assert_eq!(schedule.full_steps_until_reprobe(&config, 1.0), None, "the gate is open");
+        assert!(!schedule.is_off_for_good(&config, 0.1));
+        let never = config.with_reprobe_steps(0);
+        assert_eq!(schedule.full_steps_until_reprobe(&never, 0.1), None);
+        assert!(schedule.is_off_for_good(&never, 0.1));
     }
 
     #[test]

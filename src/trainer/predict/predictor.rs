@@ -97,6 +97,12 @@ impl<B: Backend> UpdatePredictor<B> {
         self.entries.iter().map(|(id, entry)| (*id, entry.mean.clone().cast(entry.dtype).mul_scalar(lr))).collect()
     }
 
+    /// Forgets every average (and frees them): the next observation starts afresh.
+    pub(crate) fn clear(&mut self) {
+        self.entries.clear();
+        self.observations = 0;
+    }
+
     /// Whether at least one update has been observed.
     pub fn is_ready(&self) -> bool {
         self.observations > 0 && !self.entries.is_empty()
