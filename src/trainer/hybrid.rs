@@ -744,16 +744,13 @@ where
         let reason = verdict.reason.unwrap_or(RollbackReason::NonFinite(after));
         if unpaired {
             self.state.schedule.postpone(&self.state.config);
-        } else {
-            self.state.schedule.rollback(&self.state.config);
-        }
-        if unpaired {
             tracing::info!(
                 step = self.state.step,
                 %reason,
                 "first block on this probe set: nothing to judge it against yet; the step trains as a full step"
             );
         } else {
+            self.state.schedule.rollback(&self.state.config);
             tracing::warn!(
                 step = self.state.step,
                 %reason,
