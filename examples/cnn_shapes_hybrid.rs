@@ -25,12 +25,13 @@ use burn::module::{AutodiffModule, Module};
 use burn::optim::AdamConfig;
 use clap::{ArgMatches, CommandFactory, Parser};
 use common::{
-    bad_input, config, exit_on_failure, plot_runs, prepare_out, start_trainer, summary, train_loop, ExecutionArgs,
-    Failure, LoopSettings, Mode, RunFiles, Start, Validation,
+    bad_input, config, exit_on_failure, open_run, plot_runs, run_settings, start_trainer, summary, train,
+    ExecutionArgs, Failure, Mode, Start,
 };
 use leanburn::backend::ConvBudget;
 use leanburn::data::{shapes_validation, ImageBatch, ShapeSampler, SHAPE_CLASSES};
 use leanburn::model::{ConvClassifier, ConvClassifierConfig};
+use leanburn::runner::{RunDir, RunOutcome, Validation};
 use leanburn::select::{select, BackendArgs, BackendJob, TrainBackend};
 use leanburn::trainer::HybridConfig;
 
@@ -105,7 +106,7 @@ fn main() {
 struct Plan {
     args: Args,
     config: ConvClassifierConfig,
-    files: RunFiles,
+    dir: RunDir,
     validation: Vec<ImageBatch>,
 }
 
@@ -134,23 +135,23 @@ fn run(args: Args, matches: &ArgMatches) -> Result<(), Failure> {
     let selection = select(&args.backend).map_err(|e| Failure { code: e.exit_code(), message: e.to_string() })?;
     eprintln!("{selection}");
     args.execution.check_precision(&selection)?;
-    let files = prepare_out(&args.out, args.mode, args.resume, args.overwrite)?;
+    let dir = open_run(&args.out, args.mode, args.resume, args.overwrite)?;
     let mut resolved = config::resolved(&Args::command(), matches);
     resolved.insert("backend".into(), selection.kind().name().into());
-    config::save(resolved, &files.config)?;
+    config::save(resolved, &dir.options_path())?;
     let resolution = args.resolution as usize;
     let validation =
         shapes_validation(resolution, (args.batch as usize).min(64), args.eval_batches as usize, args.seed)
             .map_err(|e| bad_input(e.to_string()))?;
-    let out = files.out.clone();
-    let checkpointing = args.execution.checkpointing;
-    println!("{}", selection.run_lean_with(Plan { args, config, files, validation }, checkpointing)?);
-    plot_runs(&out, "cnn", "CNN on shapes");
+    let (out, mode, checkpointing) = (args.out.clone(), args.mode, args.execution.checkpointing);
+    let (summary, outcome) = selection.run_lean_with(Plan { args, config, dir, validation }, checkpointing)?;
+    println!("{summary}");
+    plot_runs(&out, mode, &outcome, "cnn", "CNN on shapes");
     Ok(())
 }
 
 impl BackendJob for Plan {
-    type Output = Result<String, Failure>;
+    type Output = Result<(String, RunOutcome), Failure>;
 
     fn run<B: TrainBackend>(self, device: B::Device) -> Self::Output {
         let args = &self.args;
@@ -158,11 +159,8 @@ impl BackendJob for Plan {
         B::seed(&device, args.seed);
         let model: ConvClassifier<B> = self.config.init(&device);
         let parameters = model.num_params();
-        let optimizer = AdamConfig::new().init();
-        let files = &self.files;
         let start = Start {
             mode: args.mode,
-            resume: args.resume,
             warmup: args.warmup as usize,
             seed: args.seed,
             peak_lr: args.lr,
@@ -170,53 +168,38 @@ impl BackendJob for Plan {
             execution: args.execution.config(),
             precision: args.execution.precision(),
         };
-        let mut trainer = start_trainer(model, optimizer, &start, files, device.clone())?;
-
-        // The same stream of images as an uninterrupted run: skip what was consumed.
+        let mut trainer = start_trainer(model, AdamConfig::new().init(), &start, &self.dir, device.clone())?;
         let resolution = args.resolution as usize;
+        let header = |first: usize| {
+            format!(
+                "training a {parameters}-parameter conv net (widths {:?}) on {} for steps {}..{steps} ({} mode): \
+                 batch {} of {resolution}×{resolution} images{}, {}-MiB conv workspace{}{}",
+                args.widths,
+                B::name(&device),
+                first + 1,
+                args.mode.name(),
+                args.batch,
+                match args.execution.accum {
+                    1 => String::new(),
+                    k => format!(" × {k} micro-batches (effective batch {})", args.batch * k),
+                },
+                ConvBudget::current().bytes() >> 20,
+                args.execution.describe_checkpointing(),
+                args.execution.describe_precision(),
+            )
+        };
+        let settings = run_settings(steps, args.eval_every, args.checkpoint_every, trainer.config().warmup_steps);
         let mut sampler = ShapeSampler::new(resolution, args.batch as usize, args.seed)
             .map_err(|e| bad_input(e.to_string()))?
             .with_noise(args.noise);
-        let first = trainer.steps_taken();
-        for _ in 0..first * args.execution.accum as usize {
-            sampler.sample();
-        }
-        if first >= steps {
-            return Err(bad_input(format!(
-                "the run in {} already took {first} of --steps {steps}",
-                files.out.display()
-            )));
-        }
-        eprintln!(
-            "training a {parameters}-parameter conv net (widths {:?}) on {} for steps {}..{steps} ({} mode): \
-             batch {} of {resolution}×{resolution} images{}, {}-MiB conv workspace{}{}",
-            args.widths,
-            B::name(&device),
-            first + 1,
-            args.mode.name(),
-            args.batch,
-            match args.execution.accum {
-                1 => String::new(),
-                k => format!(" × {k} micro-batches (effective batch {})", args.batch * k),
-            },
-            ConvBudget::current().bytes() >> 20,
-            args.execution.describe_checkpointing(),
-            args.execution.describe_precision(),
-        );
-        let settings = LoopSettings {
-            steps,
-            eval_every: args.eval_every as usize,
-            checkpoint_every: args.checkpoint_every as usize,
-            item: "img",
-        };
         let next_batch = || Ok(sampler.sample());
         let to_device = |batch: ImageBatch| batch.into_device::<B>(&device);
         let validate = |model: &ConvClassifier<B>| {
             let evaluation = model.valid().evaluate(self.validation.iter().map(|b| b.to_device(&device)));
             Validation { loss: evaluation.loss, accuracy: Some(evaluation.accuracy) }
         };
-        let outcome = train_loop(&mut trainer, files, &settings, next_batch, to_device, validate)?;
+        let outcome = train(&mut trainer, &self.dir, settings, "img", header, next_batch, to_device, validate)?;
         let title = format!("conv net on shapes ({} mode) on {}", args.mode.name(), B::name(&device));
-        Ok(summary(&title, &trainer.statistics(), &outcome, files, "images"))
+        Ok((summary(&title, &outcome, &self.dir, "images"), outcome))
     }
 }

@@ -27,8 +27,8 @@ use burn::optim::grad_clipping::GradientClippingConfig;
 use burn::optim::AdamWConfig;
 use clap::{ArgMatches, CommandFactory, Parser};
 use common::{
-    bad_input, broke, config, exit_on_failure, plot_runs, prepare_out, start_trainer, summary, train_loop,
-    ExecutionArgs, Failure, LoopSettings, Mode, RunFiles, Start, Validation,
+    bad_input, broke, config, exit_on_failure, open_run, plot_runs, run_settings, start_trainer, summary, train,
+    ExecutionArgs, Failure, Mode, Start,
 };
 use leanburn::data::{
     evaluation_windows, Corpus, CorpusFingerprint, CorpusSource, Gpt2Tokenizer, HostBatch, Split, TokenDataset,
@@ -36,6 +36,7 @@ use leanburn::data::{
 };
 use leanburn::memory::format_bytes;
 use leanburn::model::{Gpt2, Gpt2Config, Gpt2MemoryEstimate, GPT2_PRESETS};
+use leanburn::runner::{CorpusCheck, RunDir, RunOutcome, Validation};
 use leanburn::select::{device_memory, select, BackendArgs, BackendJob, BackendKind, Chosen, Selection, TrainBackend};
 use leanburn::trainer::HybridConfig;
 
@@ -141,7 +142,7 @@ struct Plan {
     steps: usize,
     lr: f64,
     loss_chunk: Option<usize>,
-    files: RunFiles,
+    dir: RunDir,
     data: TokenDataset,
     validation: Vec<HostBatch>,
 }
@@ -178,7 +179,7 @@ fn run(args: Args, matches: &ArgMatches) -> Result<(), Failure> {
 
     check_memory(&args, &selection, &config, &preset, batch, seq, loss_chunk)?;
     args.execution.check_precision(&selection)?;
-    let files = prepare_out(&args.out, args.mode, args.resume, args.overwrite)?;
+    let dir = open_run(&args.out, args.mode, args.resume, args.overwrite)?;
     // What was decided at run time is recorded as decided, so the file repeats this run.
     let mut resolved = config::resolved(&Args::command(), matches);
     let decided = [
@@ -190,7 +191,7 @@ fn run(args: Args, matches: &ArgMatches) -> Result<(), Failure> {
         ("loss-chunk", loss_chunk.unwrap_or(0).to_string()),
     ];
     resolved.extend(decided.map(|(name, value)| (name.to_string(), value.into())));
-    config::save(resolved, &files.config)?;
+    config::save(resolved, &dir.options_path())?;
 
     let corpus = match &args.data {
         Some(path) => Corpus::from_path(path, Some((args.corpus_mib as usize) << 20)),
@@ -212,7 +213,7 @@ fn run(args: Args, matches: &ArgMatches) -> Result<(), Failure> {
             n => format!(" ({n} non-UTF-8 files skipped)"),
         }
     );
-    check_corpus(&files, &CorpusFingerprint::new(&corpus, Gpt2Tokenizer::ENCODING), &args)?;
+    check_corpus(&dir, &CorpusFingerprint::new(&corpus, Gpt2Tokenizer::ENCODING), &args)?;
     let tokenizer = Gpt2Tokenizer::new().map_err(|e| broke(e.to_string()))?;
     let started = Instant::now();
     let tokens = tokenizer.encode_corpus(&corpus.text);
@@ -232,41 +233,29 @@ fn run(args: Args, matches: &ArgMatches) -> Result<(), Failure> {
     let validation = evaluation_windows(data.validation(), batch.min(8), seq, args.eval_batches as usize);
     let validation = if validation.is_empty() { evaluation_windows(data.validation(), 1, seq, 1) } else { validation };
 
-    let plan = Plan { args, preset, config, batch, seq, steps, lr, loss_chunk, files, data, validation };
-    let out = plan.files.out.clone();
-    let checkpointing = plan.args.execution.checkpointing;
-    println!("{}", selection.run_with(plan, checkpointing)?);
-    plot_runs(&out, "gpt2", "GPT-2");
+    let (out, mode, checkpointing) = (args.out.clone(), args.mode, args.execution.checkpointing);
+    let plan = Plan { args, preset, config, batch, seq, steps, lr, loss_chunk, dir, data, validation };
+    let (summary, outcome) = selection.run_with(plan, checkpointing)?;
+    println!("{summary}");
+    plot_runs(&out, mode, &outcome, "gpt2", "GPT-2");
     Ok(())
 }
 
 /// Records the corpus of a new run; checks a resumed run's against its record, refusing
 /// a different one unless `--allow-corpus-change`.
-fn check_corpus(files: &RunFiles, fingerprint: &CorpusFingerprint, args: &Args) -> Result<(), Failure> {
-    let earlier = CorpusFingerprint::load(&files.corpus).map_err(|e| broke(e.to_string()))?;
-    match earlier {
-        Some(earlier) if args.resume => {
-            let differences = fingerprint.differences(&earlier);
-            if differences.is_empty() {
-                return Ok(());
-            }
-            let what = differences.join("; ");
-            if !args.allow_corpus_change {
-                return Err(bad_input(format!(
-                    "--resume: the corpus differs from the one this run trained on ({what}); pass the same \
-                     --data and --corpus-mib, or --allow-corpus-change to continue on the new text"
-                )));
-            }
-            eprintln!("WARNING: resuming on a different corpus than the run trained on ({what})");
+fn check_corpus(dir: &RunDir, fingerprint: &CorpusFingerprint, args: &Args) -> Result<(), Failure> {
+    match dir.check_corpus(fingerprint, args.allow_corpus_change)? {
+        CorpusCheck::Changed(what) => {
+            eprintln!("WARNING: resuming on a different corpus than the run trained on ({what})")
         }
-        None if args.resume => eprintln!(
+        CorpusCheck::Unrecorded => eprintln!(
             "warning: {} has no corpus record ({}), so the resumed run cannot check that its text is the same",
-            files.out.display(),
-            files.corpus.display()
+            dir.out().display(),
+            dir.corpus_path().display()
         ),
-        _ => {}
+        CorpusCheck::Recorded | CorpusCheck::Same => {}
     }
-    fingerprint.save(&files.corpus).map_err(|e| broke(e.to_string()))
+    Ok(())
 }
 
 /// Prints the memory estimate and refuses a run that cannot fit where the device's
@@ -308,7 +297,7 @@ fn check_memory(
 }
 
 impl BackendJob for Plan {
-    type Output = Result<String, Failure>;
+    type Output = Result<(String, RunOutcome), Failure>;
 
     fn run<B: TrainBackend>(self, device: B::Device) -> Self::Output {
         let args = &self.args;
@@ -318,10 +307,8 @@ impl BackendJob for Plan {
             .with_weight_decay(0.1)
             .with_grad_clipping(Some(GradientClippingConfig::Norm(1.0)))
             .init();
-        let files = &self.files;
         let start = Start {
             mode: args.mode,
-            resume: args.resume,
             warmup: args.warmup as usize,
             seed: args.seed,
             peak_lr: self.lr,
@@ -329,52 +316,36 @@ impl BackendJob for Plan {
             execution: args.execution.config(),
             precision: args.execution.precision(),
         };
-        let mut trainer = start_trainer(model, optimizer, &start, files, device.clone())?;
-
-        // The same stream of batches as an uninterrupted run: skip what was consumed.
-        let mut sampler = WindowSampler::new(self.batch, self.seq, args.seed).map_err(|e| bad_input(e.to_string()))?;
-        let first = trainer.steps_taken();
-        for _ in 0..first * args.execution.accum as usize {
-            sampler.sample(self.data.train(), Split::Train).map_err(|e| broke(e.to_string()))?;
-        }
-        if first >= self.steps {
-            return Err(bad_input(format!(
-                "the run in {} already took {first} of --steps {}",
-                files.out.display(),
-                self.steps
-            )));
-        }
-        eprintln!(
-            "training {} on {} for steps {}..{} ({} mode), peak lr {}{}{}{}",
-            self.preset,
-            B::name(&device),
-            first + 1,
-            self.steps,
-            args.mode.name(),
-            self.lr,
-            match args.execution.accum {
-                1 => String::new(),
-                k => format!(
-                    ", {k} micro-batches of {} per step (effective batch {})",
-                    self.batch,
-                    self.batch * k as usize
-                ),
-            },
-            args.execution.describe_checkpointing(),
-            args.execution.describe_precision(),
-        );
-        let settings = LoopSettings {
-            steps: self.steps,
-            eval_every: args.eval_every as usize,
-            checkpoint_every: args.checkpoint_every as usize,
-            item: "tok",
+        let mut trainer = start_trainer(model, optimizer, &start, &self.dir, device.clone())?;
+        let header = |first: usize| {
+            format!(
+                "training {} on {} for steps {}..{} ({} mode), peak lr {}{}{}{}",
+                self.preset,
+                B::name(&device),
+                first + 1,
+                self.steps,
+                args.mode.name(),
+                self.lr,
+                match args.execution.accum {
+                    1 => String::new(),
+                    k => format!(
+                        ", {k} micro-batches of {} per step (effective batch {})",
+                        self.batch,
+                        self.batch * k as usize
+                    ),
+                },
+                args.execution.describe_checkpointing(),
+                args.execution.describe_precision(),
+            )
         };
+        let settings = run_settings(self.steps, args.eval_every, args.checkpoint_every, trainer.config().warmup_steps);
+        let mut sampler = WindowSampler::new(self.batch, self.seq, args.seed).map_err(|e| bad_input(e.to_string()))?;
         let next_batch = || sampler.sample(self.data.train(), Split::Train).map_err(|e| broke(e.to_string()));
         let to_device = |batch: HostBatch| batch.into_device::<B>(&device);
         let validate =
             |model: &Gpt2<B>| Validation { loss: model.valid().evaluate(&self.validation, &device), accuracy: None };
-        let outcome = train_loop(&mut trainer, files, &settings, next_batch, to_device, validate)?;
+        let outcome = train(&mut trainer, &self.dir, settings, "tok", header, next_batch, to_device, validate)?;
         let title = format!("{} ({} mode) on {}", self.preset, args.mode.name(), B::name(&device));
-        Ok(summary(&title, &trainer.statistics(), &outcome, files, "tokens"))
+        Ok((summary(&title, &outcome, &self.dir, "tokens"), outcome))
     }
 }

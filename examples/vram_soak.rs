@@ -20,11 +20,11 @@ use burn::module::Module;
 use burn::optim::{AdamConfig, Optimizer};
 use burn::tensor::backend::AutodiffBackend;
 use clap::{Parser, ValueEnum};
-use common::{bad_input, broke, exit_on_failure, Failure};
-use indicatif::{ProgressBar, ProgressStyle};
+use common::{bad_input, exit_on_failure, Failure, Progress};
 use leanburn::data::{ShapeSampler, Split, WindowSampler, SHAPE_CLASSES};
-use leanburn::memory::{format_bytes, MemoryMonitor, MemoryProbe};
+use leanburn::memory::{format_bytes, MemoryProbe};
 use leanburn::model::{ConvClassifierConfig, Gpt2Config, GPT2_PRESETS};
+use leanburn::runner::{RunSettings, Runner};
 use leanburn::select::{select, BackendArgs, BackendJob, Chosen, TrainBackend};
 use leanburn::trainer::{HybridBatch, HybridConfig, HybridModel, HybridTrainer, LrSchedule};
 use rand::rngs::SmallRng;
@@ -153,8 +153,9 @@ impl BackendJob for Gpt2Soak {
     }
 }
 
-/// Runs `args.steps` hybrid steps with Adam, sampling memory after each, and returns the
-/// report; a growing verdict is an error with exit status 3.
+/// Runs `args.steps` hybrid steps with Adam as a soak of the runner (memory read once a
+/// step, from the step's own record), and returns the report; a growing verdict is an
+/// error with exit status 3.
 fn soak<B, M, T>(
     args: &Args,
     title: &str,
@@ -174,35 +175,20 @@ where
     let mut trainer =
         HybridTrainer::new(model, AdamConfig::new().init(), config, LrSchedule::Constant { lr: 1e-3 }, device.clone())
             .map_err(|e| bad_input(e.to_string()))?;
-    eprintln!("soaking {title} on {} for {steps} steps", B::name(&device));
-    let mut monitor = MemoryMonitor::<B>::new(device, steps);
-    let progress = ProgressBar::new(steps as u64);
-    progress.set_style(
-        ProgressStyle::with_template("{bar:30} {pos}/{len} [{elapsed_precise}<{eta_precise}] {msg}")
-            .expect("a valid template"),
+    let progress = Progress::new("items");
+    let mut header = Some(|_| format!("soaking {title} on {} for {steps} steps", B::name(&device)));
+    let outcome = Runner::new(RunSettings::soak(steps, args.settle as usize)).run(
+        &mut trainer,
+        || Ok::<_, std::convert::Infallible>(next_batch()),
+        |batch| batch,
+        |_| unreachable!("a soak does not validate"),
+        |event| progress.on_event(event, &mut header),
     );
-    let mut settled = None;
-    for step in 0..steps {
-        let record = trainer.step(next_batch()).map_err(|e| broke(format!("step {step}: {e}")))?;
-        if step as u64 == args.settle {
-            // Growth is judged from here on: optimizer state, autotune and pools have settled.
-            monitor.restart_leak_window();
-            settled = monitor.sample(step as u64);
-        } else {
-            monitor.sample(step as u64);
-        }
-        progress.set_message(format!(
-            "{:<7} loss {}  {}",
-            record.phase.to_string(),
-            record.loss.map_or("-".into(), |loss| format!("{loss:.3}")),
-            record.memory.map_or("".into(), |m| format!("in use {}", format_bytes(m.bytes_in_use as f64)))
-        ));
-        progress.inc(1);
-    }
-    progress.finish_and_clear();
+    progress.finish();
+    let outcome = outcome?;
 
-    let stats = trainer.statistics();
-    let report = monitor.report();
+    let stats = &outcome.statistics;
+    let report = &outcome.memory;
     let mut text = format!(
         "{title}: {steps} steps, {:.0}% predicted, {} rolled back; predictor state {}, largest snapshot {}\n{report}",
         stats.predicted_share * 100.0,
@@ -210,13 +196,13 @@ where
         format_bytes(stats.predictor_bytes as f64),
         format_bytes(stats.snapshot_bytes as f64),
     );
-    let (Some(settled), Some(last), Some(leak)) = (settled, report.current, report.leak) else {
+    let (Some(settled), Some(last), Some(leak)) = (outcome.settled, report.current, &report.leak) else {
         return Ok(text + "no verdict: device memory cannot be read on this backend");
     };
     let growth = last.bytes_in_use as f64 - settled.bytes_in_use as f64;
     text += &format!(
         "bytes_in_use after step {}: {} → {} at the end ({:+.3}%)\nverdict over steps {}..{steps}: {leak}",
-        args.settle,
+        args.settle + 1,
         format_bytes(settled.bytes_in_use as f64),
         format_bytes(last.bytes_in_use as f64),
         100.0 * growth / settled.bytes_in_use.max(1) as f64,

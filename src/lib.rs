@@ -3,6 +3,8 @@
 //! - [`select`]: choose CUDA, wgpu or the CPU at run time and run generic code there.
 //! - [`memory`]: read device memory every step, track the peak, detect leaks, trim the pool.
 //! - [`model`]: small reference models used by the examples and the memory tests.
+//! - [`runner`]: the run loop around the trainer: run directory, resume, validation and
+//!   checkpoint cadence, one memory monitor, events for a caller to render.
 //! - [`trainer`]: hybrid training, full steps alternating with predicted forward-only steps
 //!   on the inner backend, with a loss guard, rollback and atomic checkpoints.
 
@@ -10,6 +12,7 @@ pub mod backend;
 pub mod data;
 pub mod memory;
 pub mod model;
+pub mod runner;
 pub mod select;
 pub mod trainer;
 

@@ -1,22 +1,22 @@
-//! What the training examples share: run modes, exit codes, the `--out` layout, the
-//! training loop with its progress bar, validation log and checkpoints, the summary, and
-//! the plot of both modes.
+//! What the training examples share: run modes, the execution flags, exit codes, the
+//! progress they draw from the runner's events, the summary, and the plot of both modes.
+//! The loop itself, the `--out` layout, resume and the memory books are the library's
+//! (`leanburn::runner`).
 #![allow(dead_code)]
 
 pub mod config;
 
-use std::fs;
-use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use burn::optim::Optimizer;
 use clap::ValueEnum;
 use indicatif::{ProgressBar, ProgressStyle};
-use leanburn::memory::{format_bytes, LeakDetector, MemoryProbe, PoolHealth};
+use leanburn::memory::{format_bytes, MemoryProbe};
+use leanburn::runner::{RunDir, RunError, RunEvent, RunOutcome, RunSettings, Runner, StartMode, Validation};
 use leanburn::select::{BackendJob, Checkpointing, Selection, TrainBackend};
 use leanburn::trainer::{
     ExecutionConfig, ForwardLoss, HybridBatch, HybridConfig, HybridModel, HybridTrainer, LrSchedule, Precision,
-    PrecisionConfig, StepRecord, TrainerError, TrainerStatistics, TrimPolicy,
+    PrecisionConfig, StepRecord, TrainerError, TrimPolicy,
 };
 use plotters::prelude::*;
 
@@ -134,6 +134,12 @@ pub fn broke(message: impl Into<String>) -> Failure {
     Failure { code: 1, message: message.into() }
 }
 
+impl From<RunError> for Failure {
+    fn from(err: RunError) -> Self {
+        Failure { code: if err.is_bad_input() { 2 } else { 1 }, message: err.to_string() }
+    }
+}
+
 /// Prints a failure and exits with its code.
 pub fn exit_on_failure(result: Result<(), Failure>) {
     if let Err(failure) = result {
@@ -142,61 +148,14 @@ pub fn exit_on_failure(result: Result<(), Failure>) {
     }
 }
 
-/// Where a mode's outputs go inside `--out`.
-pub struct RunFiles {
-    pub out: PathBuf,
-    pub metrics: PathBuf,
-    pub validation: PathBuf,
-    pub checkpoints: PathBuf,
-    /// The corpus the run trains on ([`leanburn::data::CorpusFingerprint`]), where it
-    /// reads one.
-    pub corpus: PathBuf,
-    /// The run's resolved options, a file `--config` reads back.
-    pub config: PathBuf,
-}
-
-impl RunFiles {
-    pub fn new(out: &Path, mode: Mode) -> Self {
-        Self {
-            out: out.to_path_buf(),
-            metrics: out.join(format!("metrics-{}.jsonl", mode.name())),
-            validation: out.join(format!("validation-{}.csv", mode.name())),
-            checkpoints: out.join(format!("checkpoints-{}", mode.name())),
-            corpus: out.join(format!("corpus-{}.json", mode.name())),
-            config: out.join(format!("config-{}.json", mode.name())),
-        }
-    }
-}
-
-/// Creates `out`, checks it is writable, and refuses to overwrite an earlier run of `mode`
-/// unless asked to (or to resume one that is there).
-pub fn prepare_out(out: &Path, mode: Mode, resume: bool, overwrite: bool) -> Result<RunFiles, Failure> {
-    let files = RunFiles::new(out, mode);
-    let unusable =
-        |err: std::io::Error| bad_input(format!("--out {} is not a writable directory: {err}", out.display()));
-    fs::create_dir_all(out).map_err(unusable)?;
-    let probe = out.join(".write-test");
-    fs::write(&probe, b"").map_err(unusable)?;
-    let _ = fs::remove_file(&probe);
-    let earlier = files.metrics.exists() || files.checkpoints.exists();
-    if resume && !files.checkpoints.join("latest").exists() {
-        return Err(bad_input(format!("--resume: no {} checkpoint in {}", mode.name(), files.checkpoints.display())));
-    }
-    if earlier && !resume {
-        if !overwrite {
-            return Err(bad_input(format!(
-                "{} already holds a {} run; pass --resume to continue it, --overwrite to replace it, \
-                 or another --out",
-                out.display(),
-                mode.name()
-            )));
-        }
-        for path in [&files.metrics, &files.validation, &files.corpus, &files.config] {
-            let _ = fs::remove_file(path);
-        }
-        let _ = fs::remove_dir_all(&files.checkpoints);
-    }
-    Ok(files)
+/// The run of `mode` in `out`: fresh (refused where one is there), replaced, or resumed.
+pub fn open_run(out: &Path, mode: Mode, resume: bool, overwrite: bool) -> Result<RunDir, Failure> {
+    let start = match (resume, overwrite) {
+        (true, _) => StartMode::Resume,
+        (false, true) => StartMode::Overwrite,
+        (false, false) => StartMode::Fresh,
+    };
+    Ok(RunDir::open(out, mode.name(), start)?)
 }
 
 /// Whether the chosen backend computes in a float type on its device.
@@ -210,10 +169,9 @@ impl BackendJob for SupportsDtype {
     }
 }
 
-/// How a run starts: fresh in `mode`, or resumed from the latest checkpoint in `files`.
+/// How a run starts: its mode, warmup, seed, schedule and how its steps execute.
 pub struct Start {
     pub mode: Mode,
-    pub resume: bool,
     /// Full steps before the first prediction (hybrid mode).
     pub warmup: usize,
     pub seed: u64,
@@ -224,13 +182,12 @@ pub struct Start {
     pub precision: PrecisionConfig,
 }
 
-/// A trainer for `start`, writing its step records to `files.metrics` (appending when
-/// resuming).
+/// The trainer of the run in `dir`: new from `start`, or resumed from its checkpoint.
 pub fn start_trainer<B, M, O, T>(
     model: M,
     optimizer: O,
     start: &Start,
-    files: &RunFiles,
+    dir: &RunDir,
     device: B::Device,
 ) -> Result<HybridTrainer<B, M, O, T>, Failure>
 where
@@ -239,17 +196,6 @@ where
     O: Optimizer<M, B>,
     T: HybridBatch<B>,
 {
-    let precision_error = |e: TrainerError| bad_input(format!("--precision: {e}"));
-    if start.resume {
-        return HybridTrainer::resume(model, optimizer, &files.checkpoints, device)
-            .map_err(|e| bad_input(format!("--resume: {e}")))?
-            .with_execution(start.execution)
-            .map_err(|e| bad_input(e.to_string()))?
-            .with_precision(start.precision)
-            .map_err(precision_error)?
-            .with_metrics_appended(&files.metrics)
-            .map_err(|e| bad_input(e.to_string()));
-    }
     let config = match start.mode {
         Mode::Hybrid => HybridConfig::default().with_warmup_steps(start.warmup),
         Mode::Full => HybridConfig::all_full(),
@@ -261,182 +207,129 @@ where
         total_steps: start.steps,
         min_lr: start.peak_lr / 10.0,
     };
-    HybridTrainer::new(model, optimizer, config, lr, device)
-        .map_err(|e| bad_input(e.to_string()))?
+    let resume = |e: RunError| if dir.is_resumed() { bad_input(format!("--resume: {e}")) } else { e.into() };
+    dir.start_trainer(model, optimizer, config, lr, device)
+        .map_err(resume)?
         .with_execution(start.execution)
         .map_err(|e| bad_input(e.to_string()))?
         .with_precision(start.precision)
-        .map_err(precision_error)?
-        .with_metrics(&files.metrics)
-        .map_err(|e| bad_input(e.to_string()))
+        .map_err(|e| bad_input(format!("--precision: {e}")))
 }
 
-/// A validation result: the loss, and the accuracy for classifiers.
-#[derive(Clone, Copy, Debug)]
-pub struct Validation {
-    pub loss: f64,
-    pub accuracy: Option<f64>,
+/// The run's cadence: validation and checkpoints as asked, and the leak fitted over the
+/// last 50 steps once the trainer's warmup (at most a fifth of the run) is over.
+pub fn run_settings(steps: usize, eval_every: u64, checkpoint_every: u64, warmup: usize) -> RunSettings {
+    RunSettings::new(steps)
+        .with_eval_every(Some(eval_every as usize))
+        .with_checkpoint_every(Some(checkpoint_every as usize))
+        .with_settle(warmup.min(steps / 5))
+        .with_leak_window(50)
 }
 
-impl std::fmt::Display for Validation {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "validation loss {:.4}", self.loss)?;
-        match self.accuracy {
-            Some(accuracy) => write!(f, ", accuracy {:.1}%", accuracy * 100.0),
-            None => Ok(()),
+/// A progress bar and the lines printed between its redraws, drawn from a run's events;
+/// `item` names what a batch holds ("tok", "img").
+pub struct Progress {
+    bar: ProgressBar,
+    item: &'static str,
+}
+
+impl Progress {
+    pub fn new(item: &'static str) -> Self {
+        let bar = ProgressBar::new(0);
+        bar.set_style(
+            ProgressStyle::with_template("{bar:30} {pos}/{len} [{elapsed_precise}<{eta_precise}] {msg}")
+                .expect("a valid template"),
+        );
+        Self { bar, item }
+    }
+
+    /// Draws `event`. `header` is printed when the run starts, with the step it starts after.
+    pub fn on_event(&self, event: RunEvent<'_>, header: &mut Option<impl FnOnce(usize) -> String>) {
+        let item = self.item;
+        match event {
+            RunEvent::Started { first, steps } => {
+                if let Some(header) = header.take() {
+                    eprintln!("{}", header(first));
+                }
+                self.bar.set_length(steps as u64);
+                self.bar.set_position(first as u64);
+            }
+            RunEvent::Step { record, last_loss, items_per_second } => {
+                self.bar.set_message(format!(
+                    "{:<7} loss {}  {items_per_second:.0} {item}/s  {}",
+                    record.phase.to_string(),
+                    last_loss.map_or("-".into(), |loss: f64| format!("{loss:.3}")),
+                    match (record.memory, record.host_memory) {
+                        (Some(m), _) => format!("in use {}", format_bytes(m.bytes_in_use as f64)),
+                        (None, Some(h)) => format!("host {}", format_bytes(h.resident as f64)),
+                        (None, None) => String::new(),
+                    }
+                ));
+                self.bar.inc(1);
+            }
+            // Printed whether or not the bar is drawn (it is hidden when stderr is no terminal).
+            RunEvent::Validated { point, items_per_second } => self.bar.suspend(|| {
+                let speed = if point.step == 0 { String::new() } else { format!(", {items_per_second:.0} {item}/s") };
+                eprintln!("step {:>5}: {}{speed}", point.step, point.validation)
+            }),
+            RunEvent::PoolBloated { step, verdict } => {
+                self.bar.suspend(|| eprintln!("step {step:>5}: device memory pool {verdict} (--trim phases)"))
+            }
+            RunEvent::Checkpointed { .. } => {}
         }
+    }
+
+    pub fn finish(&self) {
+        self.bar.finish_and_clear();
     }
 }
 
-/// How the loop runs: its length, how often it validates and checkpoints, and what a
-/// batch item is called in the output ("tok", "img").
-pub struct LoopSettings {
-    pub steps: usize,
-    pub eval_every: usize,
-    pub checkpoint_every: usize,
-    pub item: &'static str,
-}
-
-/// What the loop saw, for the summary.
-pub struct LoopOutcome {
-    pub records: Vec<StepRecord>,
-    pub train_seconds: f64,
-    pub items_seen: usize,
-    pub validation: Option<Validation>,
-    pub last_checkpoint: Option<(usize, PathBuf)>,
-    /// Leak fit over the steps after warmup.
-    pub detector: LeakDetector,
-    /// Whether the pool kept far more than it used, for long.
-    pub pool: PoolHealth,
-}
-
-/// Trains from the trainer's current step up to `settings.steps`, drawing host batches
-/// from `next_batch` (`accumulation_steps` of them per step, moved to the device one at a
-/// time by `to_device`) and validating with `validate`: a progress bar, the validation CSV in
-/// `files` (header written for a new run), checkpoints; the last step is always validated
-/// and saved. The weights are verified at every step (a predict block's jump is judged
-/// within the step that makes it), so nothing waits for a block to close.
-pub fn train_loop<B, M, O, T, H>(
+/// Runs `trainer` in `dir` with `settings`, drawing progress: host batches from
+/// `next_batch`, moved by `to_device`, scored by `validate`; `header` describes the run
+/// once its first step is known.
+#[allow(clippy::too_many_arguments)]
+pub fn train<B, M, O, T, H>(
     trainer: &mut HybridTrainer<B, M, O, T>,
-    files: &RunFiles,
-    settings: &LoopSettings,
-    mut next_batch: impl FnMut() -> Result<H, Failure>,
+    dir: &RunDir,
+    settings: RunSettings,
+    item: &'static str,
+    header: impl FnOnce(usize) -> String,
+    next_batch: impl FnMut() -> Result<H, Failure>,
     to_device: impl Fn(H) -> T,
-    mut validate: impl FnMut(&M) -> Validation,
-) -> Result<LoopOutcome, Failure>
+    validate: impl FnMut(&M) -> Validation,
+) -> Result<RunOutcome, Failure>
 where
     B: burn::tensor::backend::AutodiffBackend + MemoryProbe,
     M: HybridModel<B, T>,
     O: Optimizer<M, B>,
     T: HybridBatch<B>,
 {
-    let first = trainer.steps_taken();
-    let mut log = fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&files.validation)
-        .map_err(|e| broke(format!("{}: {e}", files.validation.display())))?;
-    let log_line = |log: &mut fs::File, step: usize, seconds: f64, v: Validation| {
-        let accuracy = v.accuracy.map_or(String::new(), |a| format!(",{a}"));
-        writeln!(log, "{step},{seconds},{}{accuracy}", v.loss).map_err(|e| broke(e.to_string()))
-    };
+    let progress = Progress::new(item);
+    let mut header = Some(header);
+    let next_batch = next_batch_with_message(next_batch);
+    let outcome = Runner::new(settings)
+        .in_dir(dir)
+        .run(trainer, next_batch, to_device, validate, |event| progress.on_event(event, &mut header));
+    progress.finish();
+    Ok(outcome?)
+}
 
-    let progress = ProgressBar::new(settings.steps as u64).with_position(first as u64);
-    progress.set_style(
-        ProgressStyle::with_template("{bar:30} {pos}/{len} [{elapsed_precise}<{eta_precise}] {msg}")
-            .expect("a valid template"),
-    );
-    // Training time so far, carried across resumes by the checkpointed statistics.
-    let resumed = trainer.statistics();
-    let mut outcome = LoopOutcome {
-        records: Vec::new(),
-        train_seconds: resumed.full_seconds + resumed.predict_seconds,
-        items_seen: resumed.total_items as usize,
-        validation: None,
-        last_checkpoint: None,
-        detector: LeakDetector::new(50),
-        pool: PoolHealth::default(),
-    };
-    let warmup = trainer.config().warmup_steps.min(settings.steps / 5);
-    if first == 0 {
-        let validation = validate(trainer.model());
-        let header = if validation.accuracy.is_some() { ",validation_accuracy" } else { "" };
-        writeln!(log, "step,train_seconds,validation_loss{header}").map_err(|e| broke(e.to_string()))?;
-        log_line(&mut log, 0, 0.0, validation)?;
-        progress.suspend(|| eprintln!("step     0: {validation}"));
-        outcome.validation = Some(validation);
-    }
-
-    let micro_batches = trainer.execution().accumulation_steps;
-    let mut last_loss = None;
-    for step in first + 1..=settings.steps {
-        let batches = (0..micro_batches).map(|_| next_batch()).collect::<Result<Vec<H>, Failure>>()?;
-        let record = trainer
-            .step_accumulated(batches.into_iter().map(&to_device))
-            .map_err(|e| broke(format!("step {step}: {e}")))?;
-        last_loss = record.loss.or(last_loss);
-        outcome.train_seconds += record.seconds;
-        outcome.items_seen += record.items;
-        if let Some(memory) = record.memory {
-            if step > first + warmup {
-                outcome.detector.record(step as u64, memory.bytes_in_use);
-            }
-            if outcome.pool.observe(memory) {
-                let verdict = outcome.pool.verdict();
-                progress.suspend(|| eprintln!("step {step:>5}: device memory pool {verdict} (--trim phases)"));
-            }
-        }
-        progress.set_message(format!(
-            "{:<7} loss {}  {:.0} {}/s  {}",
-            record.phase.to_string(),
-            last_loss.map_or("-".into(), |loss: f64| format!("{loss:.3}")),
-            outcome.items_seen as f64 / outcome.train_seconds.max(1e-9),
-            settings.item,
-            match (record.memory, record.host_memory) {
-                (Some(m), _) => format!("in use {}", format_bytes(m.bytes_in_use as f64)),
-                (None, Some(h)) => format!("host {}", format_bytes(h.resident as f64)),
-                (None, None) => String::new(),
-            }
-        ));
-        progress.inc(1);
-        outcome.records.push(record);
-
-        let last = step == settings.steps;
-        if last || step % settings.eval_every == 0 {
-            let validation = validate(trainer.model());
-            log_line(&mut log, step, outcome.train_seconds, validation)?;
-            // Printed whether or not the bar is drawn (it is hidden when stderr is no terminal).
-            progress.suspend(|| {
-                eprintln!(
-                    "step {step:>5}: {validation}, {:.0} {}/s",
-                    outcome.items_seen as f64 / outcome.train_seconds.max(1e-9),
-                    settings.item
-                )
-            });
-            outcome.validation = Some(validation);
-        }
-        if last || step % settings.checkpoint_every == 0 {
-            let path = trainer.save_checkpoint(&files.checkpoints).map_err(|e| broke(e.to_string()))?;
-            outcome.last_checkpoint = Some((step, path));
-        }
-    }
-    progress.finish_and_clear();
-    Ok(outcome)
+/// A batch source whose failures carry their message through the runner's error.
+fn next_batch_with_message<H>(mut next_batch: impl FnMut() -> Result<H, Failure>) -> impl FnMut() -> Result<H, String> {
+    move || next_batch().map_err(|failure| failure.message)
 }
 
 /// The summary a finished run prints.
-pub fn summary(title: &str, stats: &TrainerStatistics, outcome: &LoopOutcome, files: &RunFiles, item: &str) -> String {
-    let recent: Vec<f64> =
-        outcome.records.iter().rev().filter(|r| !r.predicted).filter_map(|r| r.loss).take(10).collect();
-    let train_loss = recent.iter().sum::<f64>() / recent.len().max(1) as f64;
-    let final_in_use = outcome.records.iter().rev().find_map(|r| r.memory).map(|m| m.bytes_in_use);
-    let validation = outcome.validation.map_or("no validation".into(), |v| v.to_string());
+pub fn summary(title: &str, outcome: &RunOutcome, dir: &RunDir, item: &str) -> String {
+    let stats = &outcome.statistics;
+    let train_loss = outcome.recent_train_loss(10).map_or("-".into(), |loss| format!("{loss:.4}"));
+    let validation = outcome.validation().map_or("no validation".into(), |v| v.to_string());
     let mut text = format!(
         "\n{title}: {} steps\n\
-         train loss (last 10 full steps) {train_loss:.4}, {validation}\n\
+         train loss (last 10 full steps) {train_loss}, {validation}\n\
          {:.0} {item}/s over {:.1} s of training; {:.0}% of steps predicted, {} rolled back\n",
         stats.steps,
-        outcome.items_seen as f64 / outcome.train_seconds.max(1e-9),
+        outcome.items_per_second(),
         outcome.train_seconds,
         stats.predicted_share * 100.0,
         stats.rollbacks,
@@ -448,22 +341,22 @@ pub fn summary(title: &str, stats: &TrainerStatistics, outcome: &LoopOutcome, fi
         text +=
             &format!("pool trimmed {} times, {} handed back\n", stats.trims, format_bytes(stats.trimmed_bytes as f64));
     }
-    if let (Some(peak), Some(last)) = (stats.peak_bytes_in_use, final_in_use) {
+    let memory = &outcome.memory;
+    if let (Some(peak), Some(last)) = (stats.peak_bytes_in_use, memory.current) {
         text += &format!(
             "device memory in use: peak {}, final {}; after warmup: {}\n",
             format_bytes(peak as f64),
-            format_bytes(last as f64),
-            outcome.detector.report()
+            format_bytes(last.bytes_in_use as f64),
+            memory.leak.as_ref().map_or("not fitted".into(), |leak| leak.to_string()),
         );
-        text += &format!("memory pool: {}\n", outcome.pool.verdict());
+        text += &format!("memory pool: {}\n", memory.pool);
     } else {
         text += "device memory: not available on this backend (no device pool to read)\n";
-        let final_resident = outcome.records.iter().rev().find_map(|r| r.host_memory).map(|m| m.resident);
-        if let (Some(peak), Some(last)) = (stats.peak_resident_bytes, final_resident) {
+        if let Some(host) = memory.host {
             text += &format!(
                 "host memory (process resident): peak {}, final {}\n",
-                format_bytes(peak as f64),
-                format_bytes(last as f64)
+                format_bytes(host.peak_resident as f64),
+                format_bytes(host.resident as f64)
             );
         }
     }
@@ -471,11 +364,11 @@ pub fn summary(title: &str, stats: &TrainerStatistics, outcome: &LoopOutcome, fi
         Some((step, path)) => format!("checkpoint of step {step}: {} (continue with --resume)\n", path.display()),
         None => "no checkpoint written\n".into(),
     };
-    text += &format!("metrics: {}", files.metrics.display());
+    text += &format!("metrics: {}", dir.metrics_path().display());
     text
 }
 
-/// One mode's curves, read back from its files.
+/// One mode's curves.
 struct Curves {
     mode: &'static str,
     train: Vec<(f64, f64)>,
@@ -486,42 +379,44 @@ struct Curves {
     host_mib: Vec<(f64, f64)>,
 }
 
-fn read_curves(out: &Path, mode: Mode) -> Option<Curves> {
-    let files = RunFiles::new(out, mode);
-    let metrics = fs::read_to_string(files.metrics).ok()?;
-    let records: Vec<StepRecord> = metrics.lines().filter_map(|line| serde_json::from_str(line).ok()).collect();
-    let validation = fs::read_to_string(files.validation).unwrap_or_default();
-    Some(Curves {
-        mode: mode.name(),
-        train: records
-            .iter()
-            .filter_map(|r| r.loss.filter(|loss| loss.is_finite()).map(|loss| (r.step as f64 + 1.0, loss)))
-            .collect(),
-        validation: validation
-            .lines()
-            .skip(1)
-            .filter_map(|line| {
-                let fields: Vec<&str> = line.split(',').collect();
-                Some((fields.first()?.parse().ok()?, fields.get(2)?.parse().ok()?))
-            })
-            .collect(),
-        memory_mib: records
-            .iter()
-            .filter_map(|r| r.memory.map(|m| (r.step as f64 + 1.0, m.bytes_in_use as f64 / (1 << 20) as f64)))
-            .collect(),
-        host_mib: records
-            .iter()
-            .filter_map(|r| r.host_memory.map(|m| (r.step as f64 + 1.0, m.resident as f64 / (1 << 20) as f64)))
-            .collect(),
-    })
-    .filter(|c| !c.train.is_empty())
+impl Curves {
+    fn new(mode: Mode, records: &[StepRecord], validations: &[leanburn::runner::ValidationPoint]) -> Option<Self> {
+        let at = |r: &StepRecord| r.step as f64 + 1.0;
+        let mib = |bytes: u64| bytes as f64 / (1 << 20) as f64;
+        Some(Curves {
+            mode: mode.name(),
+            train: records.iter().filter_map(|r| r.loss.filter(|l| l.is_finite()).map(|l| (at(r), l))).collect(),
+            validation: validations.iter().map(|p| (p.step as f64, p.validation.loss)).collect(),
+            memory_mib: records.iter().filter_map(|r| r.memory.map(|m| (at(r), mib(m.bytes_in_use)))).collect(),
+            host_mib: records.iter().filter_map(|r| r.host_memory.map(|m| (at(r), mib(m.resident)))).collect(),
+        })
+        .filter(|c| !c.train.is_empty())
+    }
+}
+
+/// This run's curves from its outcome, and the other mode's from what its own process
+/// left in `out` (if it ran there).
+fn curves(out: &Path, mode: Mode, outcome: &RunOutcome) -> Vec<Curves> {
+    let other = match mode {
+        Mode::Hybrid => Mode::Full,
+        Mode::Full => Mode::Hybrid,
+    };
+    let earlier = RunDir::existing(out, other.name()).history().unwrap_or_else(|err| {
+        eprintln!("warning: the {} run in {} is left out of the plot: {err}", other.name(), out.display());
+        Default::default()
+    });
+    let mut runs = vec![
+        Curves::new(mode, &outcome.records, &outcome.validations),
+        Curves::new(other, &earlier.records, &earlier.validations),
+    ];
+    runs.sort_by_key(|run| run.as_ref().map(|r| r.mode != "hybrid"));
+    runs.into_iter().flatten().collect()
 }
 
 /// Loss (top) and memory (bottom: device memory in use, or the process's resident memory
-/// where the backend has no pool) against step for every mode that has run in
-/// `out`, written as SVG to `path`; returns the modes drawn.
-pub fn write_plot(out: &Path, path: &Path, model: &str) -> Result<Vec<&'static str>, Box<dyn std::error::Error>> {
-    let runs: Vec<Curves> = [Mode::Hybrid, Mode::Full].into_iter().filter_map(|m| read_curves(out, m)).collect();
+/// where the backend has no pool) against step for every run in `runs`, written as SVG to
+/// `path`; returns the modes drawn.
+fn write_plot(runs: &[Curves], path: &Path, model: &str) -> Result<Vec<&'static str>, Box<dyn std::error::Error>> {
     if runs.is_empty() {
         return Err("no metrics to plot".into());
     }
@@ -579,10 +474,11 @@ pub fn write_plot(out: &Path, path: &Path, model: &str) -> Result<Vec<&'static s
     Ok(runs.iter().map(|r| r.mode).collect())
 }
 
-/// Writes the plot into `out` as `<file_stem>.svg` and says where, or warns why not.
-pub fn plot_runs(out: &Path, file_stem: &str, model: &str) {
+/// Writes the plot of this run (`mode`, `outcome`) and of the other mode's run in `out`,
+/// if there is one, into `out` as `<file_stem>.svg`, and says where, or warns why not.
+pub fn plot_runs(out: &Path, mode: Mode, outcome: &RunOutcome, file_stem: &str, model: &str) {
     let plot = out.join(format!("{file_stem}.svg"));
-    match write_plot(out, &plot, model) {
+    match write_plot(&curves(out, mode, outcome), &plot, model) {
         Ok(modes) => println!("plot: {} ({})", plot.display(), modes.join(" and ")),
         Err(err) => eprintln!("warning: no plot written: {err}"),
     }

@@ -28,15 +28,26 @@ impl<B: MemoryProbe> MemoryMonitor<B> {
     /// Reads the pool now and records it as `step`; `None` where memory cannot be read.
     /// Without a pool, the process's resident memory is read instead, for the report.
     pub fn sample(&mut self, step: u64) -> Option<MemorySample> {
-        let Some(sample) = B::memory_sample(&self.device) else {
-            self.host = host_memory();
-            return None;
+        let sample = B::memory_sample(&self.device);
+        let host = if sample.is_none() { host_memory() } else { None };
+        self.observe(step, sample, host);
+        sample
+    }
+
+    /// Records readings taken elsewhere (a [`StepRecord`](crate::trainer::StepRecord)'s
+    /// `memory` and `host_memory`) as `step`, with no sync of its own. Returns `true` the
+    /// first time the pool has been bloated for long ([`PoolHealth::observe`]).
+    pub fn observe(&mut self, step: u64, sample: Option<MemorySample>, host: Option<HostMemory>) -> bool {
+        if host.is_some() {
+            self.host = host;
+        }
+        let Some(sample) = sample else {
+            return false;
         };
         self.peak.observe(sample);
         self.leak.record(step, sample.bytes_in_use);
-        self.pool.observe(sample);
         self.first.get_or_insert(sample);
-        Some(sample)
+        self.pool.observe(sample)
     }
 
     /// Forgets the leak window (peaks are kept): call after a warm-up whose allocations

@@ -3,7 +3,7 @@
 
 use burn::tensor::{Tensor, TensorData};
 
-use super::tests::{batch, config, poisoned_batch, sgd_trainer, weights, Batch, Regressor, Train, DEVICE, ROWS};
+use super::tests::{batch, config, poisoned_batch, sgd_trainer, weights, Batch, Regressor, Train, DEVICE};
 use super::*;
 
 /// A trainer like [`sgd_trainer`]'s (plain SGD at 0.05), on a copy of `model`.
@@ -67,16 +67,6 @@ fn a_step_refuses_the_wrong_number_of_micro_batches() {
     assert_eq!(weights(trainer.model()), before);
     assert_eq!(trainer.steps_taken(), 0);
     assert!(sgd_trainer(config()).with_execution(ExecutionConfig::default().with_loss_every(0)).is_err());
-}
-
-#[test]
-fn run_groups_batches_into_micro_batches() {
-    let accumulating = ExecutionConfig::default().with_accumulation_steps(2);
-    let mut trainer = sgd_trainer(config()).with_execution(accumulating).expect("valid");
-    // 9 batches: four steps of two; the ninth is an incomplete group and is not run.
-    let statistics = trainer.run((0..9).map(batch), 10, |_| {}).expect("run");
-    assert_eq!(statistics.steps, 4);
-    assert_eq!(statistics.total_items, (4 * 2 * ROWS) as u64);
 }
 
 #[test]

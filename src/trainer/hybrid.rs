@@ -432,32 +432,6 @@ where
         Ok(record)
     }
 
-    /// Runs up to `steps` steps, fewer if `batches` ends first, calling `on_step` after
-    /// each one, and returns the totals. Each step takes
-    /// [`accumulation_steps`](ExecutionConfig::accumulation_steps) batches; a last,
-    /// incomplete group is not run.
-    pub fn run<I>(
-        &mut self,
-        batches: I,
-        steps: usize,
-        mut on_step: impl FnMut(&StepRecord),
-    ) -> Result<TrainerStatistics, TrainerError>
-    where
-        I: IntoIterator<Item = T>,
-    {
-        let per_step = self.execution.accumulation_steps;
-        let mut batches = batches.into_iter();
-        for _ in 0..steps {
-            let micro_batches: Vec<T> = batches.by_ref().take(per_step).collect();
-            if micro_batches.len() < per_step {
-                break;
-            }
-            let record = self.step_accumulated(micro_batches)?;
-            on_step(&record);
-        }
-        Ok(self.statistics())
-    }
-
     /// Asks the device pool to release what it keeps unused, and counts what it gave back.
     fn trim(&mut self) {
         let report = crate::memory::trim::<B>(&self.device);

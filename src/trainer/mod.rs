@@ -67,7 +67,7 @@ mod execution_tests;
 #[cfg(test)]
 mod precision_tests;
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 // The public surface: what a caller builds, configures, reads and implements.
 pub use config::{ConfigError, HybridConfig, PredictorPrecision, SnapshotStore};

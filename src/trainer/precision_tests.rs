@@ -67,7 +67,10 @@ fn an_overflowing_step_is_skipped_lowers_the_scale_and_training_goes_on() {
 #[test]
 fn hybrid_steps_run_with_loss_scaling() {
     let mut trainer = sgd_trainer(config()).with_precision(scaled(256.0)).expect("valid");
-    let statistics = trainer.run((0..30).map(batch), 30, |_| {}).expect("run");
+    for step in 0..30 {
+        trainer.step(batch(step)).expect("step");
+    }
+    let statistics = trainer.statistics();
     assert!(statistics.predict_steps > 0, "{statistics:?}");
     assert_eq!(statistics.overflow_steps, 0);
     let loss = statistics.last_loss.expect("a loss");

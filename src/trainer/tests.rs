@@ -13,20 +13,20 @@ use burn::train::{InferenceStep, RegressionOutput, TrainOutput, TrainStep};
 use super::params::collect;
 use super::*;
 
-pub(super) type Train = Autodiff<Flex>;
-pub(super) type Batch = (Tensor<Train, 2>, Tensor<Train, 2>);
+pub(crate) type Train = Autodiff<Flex>;
+pub(crate) type Batch = (Tensor<Train, 2>, Tensor<Train, 2>);
 
-pub(super) const DEVICE: FlexDevice = FlexDevice;
-pub(super) const ROWS: usize = 8;
+pub(crate) const DEVICE: FlexDevice = FlexDevice;
+pub(crate) const ROWS: usize = 8;
 const FEATURES: usize = 4;
 
 #[derive(Module, Debug)]
-pub(super) struct Regressor<B: Backend> {
-    pub(super) linear: Linear<B>,
+pub(crate) struct Regressor<B: Backend> {
+    pub(crate) linear: Linear<B>,
 }
 
 impl<B: Backend> Regressor<B> {
-    pub(super) fn new(device: &B::Device) -> Self {
+    pub(crate) fn new(device: &B::Device) -> Self {
         Self { linear: LinearConfig::new(FEATURES, 1).init(device) }
     }
 
@@ -65,7 +65,7 @@ impl<B: Backend> InferenceStep for Regressor<B> {
 }
 
 /// A deterministic batch of `y = 0.5·x0 − x1 + 0.25·x2 + 2·x3 + 0.1`, different per step.
-pub(super) fn batch(step: usize) -> Batch {
+pub(crate) fn batch(step: usize) -> Batch {
     let inputs: Vec<f32> = (0..ROWS * FEATURES).map(|i| ((i * 37 + step * 53) % 101) as f32 / 50.0 - 1.0).collect();
     let targets: Vec<f32> =
         inputs.chunks(FEATURES).map(|x| 0.5 * x[0] - x[1] + 0.25 * x[2] + 2.0 * x[3] + 0.1).collect();
@@ -76,13 +76,13 @@ pub(super) fn batch(step: usize) -> Batch {
 }
 
 /// A batch whose targets are NaN, so any loss on it is NaN.
-pub(super) fn poisoned_batch() -> Batch {
+pub(crate) fn poisoned_batch() -> Batch {
     let (inputs, _) = batch(0);
     let targets = Tensor::from_data(TensorData::new(vec![f32::NAN; ROWS], [ROWS, 1]), &DEVICE);
     (inputs, targets)
 }
 
-pub(super) fn config() -> HybridConfig {
+pub(crate) fn config() -> HybridConfig {
     HybridConfig::default()
         .with_warmup_steps(3)
         .with_full_steps(1)
@@ -96,7 +96,7 @@ pub(super) fn config() -> HybridConfig {
 }
 
 /// A trainer on a fresh regressor with plain SGD at a constant rate of 0.05.
-pub(super) fn sgd_trainer(
+pub(crate) fn sgd_trainer(
     config: HybridConfig,
 ) -> HybridTrainer<Train, Regressor<Train>, impl burn::optim::Optimizer<Regressor<Train>, Train>, Batch> {
     HybridTrainer::new(
@@ -109,7 +109,7 @@ pub(super) fn sgd_trainer(
     .expect("valid configuration")
 }
 
-pub(super) fn weights<B: AutodiffBackend>(model: &Regressor<B>) -> Vec<TensorData> {
+pub(crate) fn weights<B: AutodiffBackend>(model: &Regressor<B>) -> Vec<TensorData> {
     let bias = model.linear.bias.as_ref().expect("bias");
     vec![model.linear.weight.val().inner().into_data(), bias.val().inner().into_data()]
 }
@@ -208,13 +208,13 @@ fn a_prediction_that_makes_the_loss_worse_is_rolled_back_and_the_step_trains_ins
 fn training_reduces_the_loss() {
     let mut trainer = sgd_trainer(config());
     let mut losses = Vec::new();
-    let statistics = trainer
-        .run((0..).map(batch), 60, |record| {
-            if !record.predicted {
-                losses.push(record.loss.expect("read every step"));
-            }
-        })
-        .expect("run");
+    for step in 0..60 {
+        let record = trainer.step(batch(step)).expect("step");
+        if !record.predicted {
+            losses.push(record.loss.expect("read every step"));
+        }
+    }
+    let statistics = trainer.statistics();
     assert_eq!(statistics.steps, 60);
     assert!(statistics.predict_steps > 0);
     let first = losses.first().copied().expect("losses");
@@ -347,14 +347,13 @@ fn the_off_switch_stops_blocks_that_gain_too_little_and_reprobes_later() {
     let blocks = |config: HybridConfig| -> Vec<usize> {
         let mut trainer = sgd_trainer(config);
         let mut starts = Vec::new();
-        trainer
-            .run((0..).map(batch), 80, |record| {
-                // A block's first step: kept (predicted, probed) or rejected.
-                if record.rolled_back || (record.predicted && record.loss.is_some()) {
-                    starts.push(record.step);
-                }
-            })
-            .expect("run");
+        for step in 0..80 {
+            let record = trainer.step(batch(step)).expect("step");
+            // A block's first step: kept (predicted, probed) or rejected.
+            if record.rolled_back || (record.predicted && record.loss.is_some()) {
+                starts.push(record.step);
+            }
+        }
         starts
     };
     let starts = blocks(hurtful(0.25));
@@ -494,7 +493,9 @@ fn writes_one_json_line_per_step() {
     let dir = scratch("metrics");
     let path = dir.join("steps.jsonl");
     let mut trainer = sgd_trainer(config()).with_metrics(&path).expect("metrics file");
-    trainer.run((0..).map(batch), 7, |_| {}).expect("run");
+    for step in 0..7 {
+        trainer.step(batch(step)).expect("step");
+    }
     let lines: Vec<StepRecord> = std::fs::read_to_string(&path)
         .expect("read")
         .lines()

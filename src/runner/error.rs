@@ -1,0 +1,134 @@
+//! What can stop a run, and whose fault it is.
+
+use std::path::PathBuf;
+
+use crate::trainer::TrainerError;
+
+/// An error of a [`Runner`](super::Runner) or a [`RunDir`](super::RunDir).
+///
+/// [`is_bad_input`](Self::is_bad_input) tells the caller's mistakes (a directory that
+/// cannot be used, a run that is there already, nothing to resume, a different corpus)
+/// from a run that broke while training.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// The run directory cannot be created or written.
+    #[error("--out {} is not a writable directory: {source}", .out.display())]
+    Unwritable {
+        /// The run directory.
+        out: PathBuf,
+        /// The underlying error.
+        source: std::io::Error,
+    },
+    /// The directory holds an earlier run of this name, and neither resume nor overwrite
+    /// was asked for.
+    #[error(
+        "{} already holds a {name} run; pass --resume to continue it, --overwrite to replace it, or another --out",
+        .out.display()
+    )]
+    AlreadyHolds {
+        /// The run directory.
+        out: PathBuf,
+        /// The run's name.
+        name: String,
+    },
+    /// Resume was asked for but there is no checkpoint.
+    #[error("--resume: no {name} checkpoint in {}", .checkpoints.display())]
+    NothingToResume {
+        /// The run's name.
+        name: String,
+        /// Where the checkpoints would be.
+        checkpoints: PathBuf,
+    },
+    /// The resumed run has already taken every step asked for.
+    #[error("the run in {} already took {taken} of --steps {steps}", .out.display())]
+    AlreadyFinished {
+        /// The run directory.
+        out: PathBuf,
+        /// Steps taken.
+        taken: usize,
+        /// Steps asked for.
+        steps: usize,
+    },
+    /// The resumed run's corpus differs from the one it trained on.
+    #[error(
+        "--resume: the corpus differs from the one this run trained on ({differences}); pass the same \
+         --data and --corpus-mib, or --allow-corpus-change to continue on the new text"
+    )]
+    CorpusChanged {
+        /// The differences, joined.
+        differences: String,
+    },
+    /// The settings break a rule.
+    #[error("invalid run settings: {0}")]
+    Settings(String),
+    /// The trainer could not be built or resumed.
+    #[error("{0}")]
+    Start(TrainerError),
+    /// A step failed.
+    #[error("step {step}: {source}")]
+    Step {
+        /// The 1-based step of the run that failed.
+        step: usize,
+        /// What the trainer said.
+        source: TrainerError,
+    },
+    /// The batch source failed.
+    #[error("step {step}: no batch: {source}")]
+    Data {
+        /// The 1-based step that wanted the batch.
+        step: usize,
+        /// What the source said.
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// Saving a checkpoint failed.
+    #[error("checkpoint of step {step}: {source}")]
+    Checkpoint {
+        /// The step.
+        step: usize,
+        /// What the trainer said.
+        source: TrainerError,
+    },
+    /// A file of the run directory could not be read or written.
+    #[error("{}: {source}", .path.display())]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The underlying error.
+        source: std::io::Error,
+    },
+    /// The corpus record could not be read or written.
+    #[error("corpus record: {0}")]
+    Fingerprint(#[from] crate::data::DataError),
+    /// A file of the run directory holds something it should not.
+    #[error("{}, line {line}: {reason}", .path.display())]
+    Corrupt {
+        /// The file.
+        path: PathBuf,
+        /// The 1-based line.
+        line: usize,
+        /// What is wrong.
+        reason: String,
+    },
+}
+
+impl RunError {
+    /// Whether the caller asked for something that cannot be done (exit code 2 in the
+    /// examples), rather than a run that broke (exit code 1).
+    pub fn is_bad_input(&self) -> bool {
+        matches!(
+            self,
+            RunError::Unwritable { .. }
+                | RunError::AlreadyHolds { .. }
+                | RunError::NothingToResume { .. }
+                | RunError::AlreadyFinished { .. }
+                | RunError::CorpusChanged { .. }
+                | RunError::Settings(_)
+                | RunError::Start(_)
+        )
+    }
+
+    pub(super) fn io(path: impl Into<PathBuf>) -> impl FnOnce(std::io::Error) -> RunError {
+        let path = path.into();
+        move |source| RunError::Io { path, source }
+    }
+}

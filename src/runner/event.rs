@@ -1,0 +1,33 @@
+//! What a run tells its caller as it goes.
+
+use std::path::Path;
+
+use super::ValidationPoint;
+use crate::memory::PoolVerdict;
+use crate::trainer::StepRecord;
+
+/// One thing that happened in a run, told to the callback of
+/// [`Runner::run`](super::Runner::run) as it happens.
+#[derive(Debug)]
+pub enum RunEvent<'a> {
+    /// The run begins (or resumes) after `first` steps and ends at `steps`.
+    Started { first: usize, steps: usize },
+    /// A step finished.
+    Step {
+        record: &'a StepRecord,
+        /// The newest loss read back (steps that left theirs on the device have none).
+        last_loss: Option<f64>,
+        /// Items per second of training over the whole run so far.
+        items_per_second: f64,
+    },
+    /// The model was validated (at step 0 of a new run, then on the cadence).
+    Validated {
+        point: &'a ValidationPoint,
+        /// Items per second of training over the whole run so far.
+        items_per_second: f64,
+    },
+    /// A checkpoint was saved.
+    Checkpointed { step: usize, path: &'a Path },
+    /// The device pool has kept far more than it uses for long: trimming may help.
+    PoolBloated { step: usize, verdict: PoolVerdict },
+}

@@ -1,0 +1,39 @@
+//! The run loop: what turns a [`HybridTrainer`](crate::trainer::HybridTrainer) and a
+//! stream of batches into a finished, resumable run.
+//!
+//! A [`Runner`] trains up to [`RunSettings::steps`], validates and checkpoints on its
+//! cadence, feeds one [`MemoryMonitor`](crate::memory::MemoryMonitor) from each step's
+//! record (no extra device sync), and returns a [`RunOutcome`]. It renders nothing: what
+//! happens is told to a callback as [`RunEvent`]s, and a command line draws its own
+//! progress. A [`RunDir`] is the run's directory: it is created, resumed, overwritten or
+//! refused there, and holds the step records, the validation log, the checkpoints, the
+//! corpus fingerprint and the resolved options. A run without a directory (a memory soak)
+//! writes nothing.
+//!
+//! ```text
+//!   RunDir::open ──▶ RunDir::start_trainer ──▶ Runner::run(trainer, batches, validate, on_event)
+//!        │                 (new or resumed)         │  step → MemoryMonitor, RunEvent::Step
+//!        │                                          │  cadence → validate → ValidationLog, RunEvent::Validated
+//!        └── metrics, validation, checkpoints ◀─────┘  cadence → checkpoint, RunEvent::Checkpointed
+//!                                                   ▼
+//!                                              RunOutcome (records, validations, memory report)
+//! ```
+
+mod dir;
+mod error;
+mod event;
+mod outcome;
+mod run;
+mod settings;
+mod validation;
+
+#[cfg(test)]
+mod tests;
+
+pub use dir::{CorpusCheck, RunDir, RunHistory, StartMode};
+pub use error::RunError;
+pub use event::RunEvent;
+pub use outcome::RunOutcome;
+pub use run::Runner;
+pub use settings::RunSettings;
+pub use validation::{Validation, ValidationPoint};

@@ -1,0 +1,158 @@
+//! The run loop.
+
+use burn::optim::Optimizer;
+use burn::tensor::backend::AutodiffBackend;
+
+use super::validation::ValidationLog;
+use super::{RunDir, RunError, RunEvent, RunOutcome, RunSettings, Validation, ValidationPoint};
+use crate::memory::{MemoryMonitor, MemoryProbe};
+use crate::trainer::{HybridBatch, HybridModel, HybridTrainer};
+
+/// Trains a [`HybridTrainer`] up to [`RunSettings::steps`]: validation, checkpoints and
+/// memory on the settings' cadence, in a [`RunDir`] when given one.
+#[derive(Clone, Debug)]
+pub struct Runner<'a> {
+    settings: RunSettings,
+    dir: Option<&'a RunDir>,
+}
+
+impl<'a> Runner<'a> {
+    /// A run that writes nothing: no validation log, no checkpoints (settings that ask
+    /// for checkpoints are refused by [`run`](Self::run)).
+    pub fn new(settings: RunSettings) -> Self {
+        Self { settings, dir: None }
+    }
+
+    /// Writes the validation log and the checkpoints into `dir` (the trainer writes its
+    /// step records there when started by [`RunDir::start_trainer`]).
+    pub fn in_dir(mut self, dir: &'a RunDir) -> Self {
+        self.dir = Some(dir);
+        self
+    }
+
+    pub fn settings(&self) -> &RunSettings {
+        &self.settings
+    }
+
+    /// Trains from the trainer's current step up to the settings' end.
+    ///
+    /// Each step takes [`accumulation_steps`](crate::trainer::ExecutionConfig) host
+    /// batches from `next_batch`, moved to the device one at a time by `to_device`. A
+    /// resumed run first draws and drops the batches its earlier steps consumed, so the
+    /// stream continues as if uninterrupted. `validate` scores the model (before the
+    /// first step of a new run, then on the cadence and at the end); `on_event` hears
+    /// every step, validation and checkpoint as it happens.
+    pub fn run<B, M, O, T, H, E>(
+        &self,
+        trainer: &mut HybridTrainer<B, M, O, T>,
+        mut next_batch: impl FnMut() -> Result<H, E>,
+        to_device: impl Fn(H) -> T,
+        mut validate: impl FnMut(&M) -> Validation,
+        mut on_event: impl FnMut(RunEvent<'_>),
+    ) -> Result<RunOutcome, RunError>
+    where
+        B: AutodiffBackend + MemoryProbe,
+        M: HybridModel<B, T>,
+        O: Optimizer<M, B>,
+        T: HybridBatch<B>,
+        E: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
+        let settings = &self.settings;
+        settings.validate()?;
+        if settings.checkpoint_every.is_some() && self.dir.is_none() {
+            return Err(RunError::Settings("checkpoints need a run directory (Runner::in_dir)".into()));
+        }
+        let first = trainer.steps_taken();
+        if first >= settings.steps {
+            let out = self.dir.map_or_else(Default::default, |dir| dir.out().to_path_buf());
+            return Err(RunError::AlreadyFinished { out, taken: first, steps: settings.steps });
+        }
+        let micro_batches = trainer.execution().accumulation_steps;
+        let mut draw = |step: usize| next_batch().map_err(|err| RunError::Data { step, source: err.into() });
+        for step in 1..=first {
+            for _ in 0..micro_batches {
+                draw(step)?;
+            }
+        }
+
+        let history = match self.dir {
+            Some(dir) if first > 0 => dir.history()?,
+            _ => Default::default(),
+        };
+        let mut log = match (self.dir, settings.eval_every) {
+            (Some(dir), Some(_)) => Some(ValidationLog::append(&dir.validation_path())?),
+            _ => None,
+        };
+        let mut monitor = MemoryMonitor::<B>::new(trainer.device().clone(), settings.leak_window);
+        // Training time and items so far, carried across resumes by the checkpointed statistics.
+        let resumed = trainer.statistics();
+        let mut outcome = RunOutcome {
+            records: history.records,
+            validations: history.validations,
+            train_seconds: resumed.full_seconds + resumed.predict_seconds,
+            items_seen: resumed.total_items as usize,
+            last_checkpoint: None,
+            statistics: resumed,
+            memory: monitor.report(),
+            settled: None,
+        };
+        on_event(RunEvent::Started { first, steps: settings.steps });
+
+        let mut validate_now = |step: usize, model: &M, outcome: &mut RunOutcome| -> Result<(), RunError> {
+            let point = ValidationPoint { step, train_seconds: outcome.train_seconds, validation: validate(model) };
+            if let Some(log) = log.as_mut() {
+                log.write(&point)?;
+            }
+            outcome.validations.push(point);
+            Ok(())
+        };
+        if first == 0 && settings.eval_every.is_some() {
+            validate_now(0, trainer.model(), &mut outcome)?;
+            tell_validated(&outcome, &mut on_event);
+        }
+
+        let mut last_loss = outcome.records.iter().rev().find_map(|r| r.loss);
+        for step in first + 1..=settings.steps {
+            let batches = (0..micro_batches).map(|_| draw(step)).collect::<Result<Vec<H>, RunError>>()?;
+            let record = trainer
+                .step_accumulated(batches.into_iter().map(&to_device))
+                .map_err(|source| RunError::Step { step, source })?;
+            last_loss = record.loss.or(last_loss);
+            outcome.train_seconds += record.seconds;
+            outcome.items_seen += record.items;
+            if step == first + settings.settle + 1 {
+                // Growth is judged from here on: optimizer state, autotune and pools have settled.
+                monitor.restart_leak_window();
+            }
+            if monitor.observe(step as u64, record.memory, record.host_memory) {
+                on_event(RunEvent::PoolBloated { step, verdict: monitor.pool_health().verdict() });
+            }
+            if step > first + settings.settle && outcome.settled.is_none() {
+                outcome.settled = record.memory;
+            }
+            on_event(RunEvent::Step { record: &record, last_loss, items_per_second: outcome.items_per_second() });
+            outcome.records.push(record);
+
+            if settings.validates_at(step) {
+                validate_now(step, trainer.model(), &mut outcome)?;
+                tell_validated(&outcome, &mut on_event);
+            }
+            if settings.checkpoints_at(step) {
+                let dir = self.dir.expect("checked above: checkpoints have a directory");
+                let path = trainer
+                    .save_checkpoint(dir.checkpoints_path())
+                    .map_err(|source| RunError::Checkpoint { step, source })?;
+                on_event(RunEvent::Checkpointed { step, path: &path });
+                outcome.last_checkpoint = Some((step, path));
+            }
+        }
+        outcome.statistics = trainer.statistics();
+        outcome.memory = monitor.report();
+        Ok(outcome)
+    }
+}
+
+fn tell_validated(outcome: &RunOutcome, on_event: &mut impl FnMut(RunEvent<'_>)) {
+    let point = outcome.validations.last().expect("just validated");
+    on_event(RunEvent::Validated { point, items_per_second: outcome.items_per_second() });
+}
