@@ -5,6 +5,8 @@
 //! - [`model`]: small reference models used by the examples and the memory tests.
 //! - [`runner`]: the run loop around the trainer: run directory, resume, validation and
 //!   checkpoint cadence, one memory monitor, events for a caller to render.
+//! - [`strategy`]: the trainer inside burn-train's `SupervisedTraining` (dashboard, metrics,
+//!   checkpointer), with step telemetry as burn-train metrics.
 //! - [`trainer`]: hybrid training, full steps alternating with predicted forward-only steps
 //!   on the inner backend, with a loss guard, rollback and atomic checkpoints.
 
@@ -14,6 +16,7 @@ pub mod memory;
 pub mod model;
 pub mod runner;
 pub mod select;
+pub mod strategy;
 pub mod trainer;
 
 pub use burn;

@@ -66,12 +66,12 @@ fn train(
         HybridTrainer::new(model, AdamConfig::new().init(), config, LrSchedule::Constant { lr: 1e-2 }, device)
             .expect("valid configuration");
     let mut blocks = 0;
-    let statistics = trainer
-        .run(train.iter().map(to_device::<B>), STEPS, |record| {
-            // A block's first step: kept (predicted and probed) or rolled back.
-            blocks += usize::from(record.rolled_back || (record.predicted && record.loss.is_some()));
-        })
-        .expect("training");
+    for batch in train.iter().take(STEPS) {
+        let record = trainer.step(to_device::<B>(batch)).expect("training");
+        // A block's first step: kept (predicted and probed) or rolled back.
+        blocks += usize::from(record.rolled_back || (record.predicted && record.loss.is_some()));
+    }
+    let statistics = trainer.statistics();
     assert_eq!(statistics.steps, STEPS);
     let predicted = statistics.predict_steps as f64 / STEPS as f64;
     (start, validation_loss(trainer.model(), valid), predicted, blocks)

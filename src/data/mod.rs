@@ -42,5 +42,5 @@ pub use corpus::{cargo_registry_dir, Corpus, CorpusSource};
 pub use dataset::{Split, TokenDataset};
 pub use error::DataError;
 pub use fingerprint::CorpusFingerprint;
-pub use shapes::{shapes_validation, ImageBatch, ShapeKind, ShapeSampler, SHAPE_CLASSES};
+pub use shapes::{shapes_dataset, shapes_validation, ImageBatch, ShapeBatcher, ShapeKind, ShapeSampler, SHAPE_CLASSES};
 pub use tokenizer::{Gpt2Tokenizer, END_OF_TEXT, GPT2_VOCAB_SIZE};

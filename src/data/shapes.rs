@@ -9,6 +9,8 @@
 use std::f32::consts::PI;
 use std::fmt;
 
+use burn::data::dataloader::batcher::Batcher;
+use burn::data::dataset::InMemDataset;
 use burn::prelude::*;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -231,6 +233,37 @@ impl ImageBatch {
     }
 }
 
+/// `count` single images drawn from the stream of `seed`, as a Burn dataset (for
+/// burn-train's data loaders, with [`ShapeBatcher`]).
+pub fn shapes_dataset(
+    resolution: usize,
+    count: usize,
+    seed: u64,
+    noise: f32,
+) -> Result<InMemDataset<ImageBatch>, DataError> {
+    let mut sampler = ShapeSampler::new(resolution, 1, seed)?.with_noise(noise);
+    Ok(InMemDataset::new((0..count).map(|_| sampler.sample()).collect()))
+}
+
+/// Burn's [`Batcher`] for [`ImageBatch`] items: stacks them into the `(images, labels)`
+/// pair the classifiers take. Items must share a resolution.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ShapeBatcher;
+
+impl<B: Backend> Batcher<B, ImageBatch, (Tensor<B, 4>, Tensor<B, 1, Int>)> for ShapeBatcher {
+    fn batch(&self, items: Vec<ImageBatch>, device: &B::Device) -> (Tensor<B, 4>, Tensor<B, 1, Int>) {
+        let resolution = items.first().map_or(0, |item| item.resolution);
+        assert!(items.iter().all(|item| item.resolution == resolution), "ShapeBatcher: mixed resolutions");
+        let batch = ImageBatch {
+            batch: items.iter().map(|item| item.batch).sum(),
+            images: items.iter().flat_map(|item| item.images.iter().copied()).collect(),
+            labels: items.iter().flat_map(|item| item.labels.iter().copied()).collect(),
+            resolution,
+        };
+        batch.into_device(device)
+    }
+}
+
 /// A fixed held-out set of `batches` batches, drawn from a stream whose seed is derived
 /// from `seed` so that it never repeats the training stream of the same seed.
 pub fn shapes_validation(
@@ -255,6 +288,23 @@ mod tests {
         let same = (0..plane).filter(|&i| (image[i], image[plane + i], image[2 * plane + i]) == first).count();
         let minority = same.min(plane - same);
         minority as f32 / plane as f32
+    }
+
+    #[test]
+    fn the_dataset_batched_is_the_sampler_stream() {
+        use burn::backend::flex::FlexDevice;
+        use burn::backend::Flex;
+        use burn::data::dataset::Dataset;
+        let dataset = shapes_dataset(16, 3, 9, 0.05).unwrap();
+        let items: Vec<ImageBatch> = (0..3).map(|i| dataset.get(i).unwrap()).collect();
+        let (images, labels) = <ShapeBatcher as Batcher<Flex, _, _>>::batch(&ShapeBatcher, items, &FlexDevice);
+        let expected = ShapeSampler::new(16, 3, 9).unwrap().with_noise(0.05).sample();
+        assert_eq!(images.dims(), [3, 3, 16, 16]);
+        assert_eq!(images.into_data().to_vec::<f32>().unwrap(), expected.images);
+        let labels: Vec<i64> = labels.into_data().convert::<i64>().to_vec().unwrap();
+        assert_eq!(labels, expected.labels);
+        // Control: another seed is another stream.
+        assert_ne!(shapes_dataset(16, 1, 10, 0.05).unwrap().get(0).unwrap().images, expected.images[..3 * 16 * 16]);
     }
 
     #[test]

@@ -57,7 +57,7 @@ struct StepOutcome {
 pub struct HybridTrainer<B, M, O, T>
 where
     B: AutodiffBackend,
-    M: AutodiffModule<B>,
+    M: AutodiffModule<B> + TrainStep,
 {
     /// Out of the trainer only while a step moves it through the optimizer or predictor.
     pub(super) model: Option<M>,
@@ -79,6 +79,10 @@ where
     pub(super) probe_set: Option<Vec<T>>,
     /// Whether the caller gave the probe set (`with_probe_set`).
     pub(super) probe_set_given: bool,
+    /// Whether full steps keep their [`TrainStep`] output (`with_train_outputs`).
+    pub(super) keep_outputs: bool,
+    /// The last full step's output, until taken.
+    pub(super) output: Option<<M as TrainStep>::Output>,
     pub(super) batch: PhantomData<fn(T)>,
 }
 
@@ -129,8 +133,25 @@ where
             losses: LossWindow::default(),
             probe_set: None,
             probe_set_given: false,
+            keep_outputs: false,
+            output: None,
             batch: PhantomData,
         }
+    }
+
+    /// Keeps each full step's [`TrainStep`] output (the last micro-batch's, with
+    /// accumulation) for [`take_train_output`](Self::take_train_output): what burn-train's
+    /// metrics read. Off by default, since the output (the logits) then outlives its step.
+    /// Steps on the mixed-precision path ([`with_precision`](Self::with_precision) with a
+    /// [`ForwardLoss`](super::ForwardLoss)) and predicted steps have none.
+    pub fn with_train_outputs(mut self) -> Self {
+        self.keep_outputs = true;
+        self
+    }
+
+    /// The output of the latest full step since the last call, where it kept one.
+    pub fn take_train_output(&mut self) -> Option<<M as TrainStep>::Output> {
+        self.output.take()
     }
 
     /// Sets how steps are executed: gradient accumulation, loss read-back, pool trimming.
@@ -492,7 +513,8 @@ where
                 None => {
                     let TrainOutput { grads, item } = <M as TrainStep>::step(&model, batch);
                     let loss = StepLoss::<B>::loss(&item).inner();
-                    drop(item);
+                    // Kept only when asked for; otherwise the logits go now.
+                    self.output = self.keep_outputs.then_some(item);
                     (grads, loss)
                 }
             };

@@ -182,3 +182,49 @@ mod tests {
         assert_eq!(back, schedule);
     }
 }
+
+/// An [`LrSchedule`] as Burn's [`LrScheduler`](burn::lr_scheduler::LrScheduler): each
+/// `step()` returns the rate of the next optimizer step, from `at(0)` on; its record is
+/// that position. For a burn-train `Learner` next to
+/// [`HybridStrategy`](crate::strategy::HybridStrategy), or any loop that wants Burn's
+/// scheduler interface.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ScheduledLr {
+    schedule: LrSchedule,
+    position: usize,
+}
+
+impl ScheduledLr {
+    /// The schedule at step 0.
+    pub fn new(schedule: LrSchedule) -> Self {
+        Self { schedule, position: 0 }
+    }
+
+    /// The optimizer step the next `step()` gives the rate of.
+    pub fn position(&self) -> usize {
+        self.position
+    }
+
+    pub fn schedule(&self) -> &LrSchedule {
+        &self.schedule
+    }
+}
+
+impl burn::lr_scheduler::LrScheduler for ScheduledLr {
+    type Record<B: burn::tensor::backend::Backend> = usize;
+
+    fn step(&mut self) -> f64 {
+        let lr = self.schedule.at(self.position);
+        self.position += 1;
+        lr
+    }
+
+    fn to_record<B: burn::tensor::backend::Backend>(&self) -> usize {
+        self.position
+    }
+
+    fn load_record<B: burn::tensor::backend::Backend>(mut self, position: usize) -> Self {
+        self.position = position;
+        self
+    }
+}

@@ -74,7 +74,7 @@ pub use config::{ConfigError, HybridConfig, PredictorPrecision, SnapshotStore};
 pub use error::TrainerError;
 pub use execution::{ExecutionConfig, TrimPolicy};
 pub use hybrid::HybridTrainer;
-pub use lr::LrSchedule;
+pub use lr::{LrSchedule, ScheduledLr};
 pub use params::ParamUpdates;
 pub use precision::{LossScaleConfig, LossScaler, Precision, PrecisionConfig};
 pub use predict::phase::Phase;

@@ -1,0 +1,169 @@
+//! Hybrid training inside burn-train: Burn's own `SupervisedTraining` (its dashboard,
+//! metrics, checkpointer and early stopping) with leanburn's `HybridStrategy` as the
+//! training strategy, on the shapes conv net.
+//!
+//! ```text
+//! cargo run --release --example burn_train_hybrid                  # best backend, 4 epochs
+//! cargo run --release --example burn_train_hybrid -- --mode full  # all-full, for comparison
+//! ```
+//!
+//! Written to `--out` (default `runs/burn-train`): burn-train's experiment directory
+//! (metric logs, its checkpoints) and `hybrid-checkpoints/`, the trainer's own checkpoint
+//! at each epoch's end, which a resumed run (`--resume-epoch N`) continues from.
+
+mod common;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use burn::data::dataloader::batcher::Batcher;
+use burn::data::dataloader::DataLoaderBuilder;
+use burn::data::dataset::Dataset;
+use burn::module::Module;
+use burn::optim::AdamConfig;
+use burn::record::CompactRecorder;
+use burn::train::metric::{AccuracyMetric, LossMetric};
+use burn::train::{Learner, SupervisedTraining, TrainingStrategy};
+use clap::Parser;
+use common::{bad_input, exit_on_failure, Failure, Mode};
+use leanburn::data::{shapes_dataset, ImageBatch, ShapeBatcher, SHAPE_CLASSES};
+use leanburn::model::{ConvClassifier, ConvClassifierConfig};
+use leanburn::select::{select, BackendArgs, BackendJob, TrainBackend};
+use leanburn::strategy::HybridStrategy;
+use leanburn::trainer::{HybridConfig, LrSchedule, ScheduledLr};
+
+#[derive(Parser, Debug, Clone)]
+#[command(about = "Train the shapes conv net with burn-train's SupervisedTraining and leanburn's HybridStrategy")]
+struct Args {
+    #[command(flatten)]
+    backend: BackendArgs,
+    /// `hybrid` alternates full and predicted steps; `full` is the all-full baseline.
+    #[arg(long, value_enum, default_value_t = Mode::Hybrid)]
+    mode: Mode,
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..))]
+    epochs: u64,
+    /// Images per batch.
+    #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u64).range(1..))]
+    batch: u64,
+    /// Training images (generated once, the same every epoch).
+    #[arg(long, default_value_t = 4096, value_parser = clap::value_parser!(u64).range(1..))]
+    train_images: u64,
+    /// Held-out images.
+    #[arg(long, default_value_t = 512, value_parser = clap::value_parser!(u64).range(1..))]
+    valid_images: u64,
+    /// Image side in pixels.
+    #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u64).range(8..=1024))]
+    resolution: u64,
+    /// Peak Adam learning rate (linear warmup over 10% of the steps, cosine decay to a tenth).
+    #[arg(long, default_value_t = 3e-3)]
+    lr: f64,
+    /// Full steps before the first prediction (hybrid mode).
+    #[arg(long, default_value_t = HybridConfig::default().warmup_steps as u64)]
+    warmup: u64,
+    /// Continue from the checkpoints of this epoch (burn-train's and the trainer's).
+    #[arg(long)]
+    resume_epoch: Option<u64>,
+    /// burn-train's experiment directory.
+    #[arg(long, default_value = "runs/burn-train")]
+    out: PathBuf,
+    #[arg(long, default_value_t = 42)]
+    seed: u64,
+}
+
+fn main() {
+    // SAFETY: first thing in main, before any thread exists.
+    unsafe { leanburn::select::quiet_headless_vulkan() };
+    exit_on_failure(run(Args::parse()));
+}
+
+fn run(args: Args) -> Result<(), Failure> {
+    if !(args.lr.is_finite() && args.lr > 0.0) {
+        return Err(bad_input(format!("--lr must be a positive number, got {}", args.lr)));
+    }
+    let config = ConvClassifierConfig::new().with_classes(SHAPE_CLASSES);
+    if (args.resolution as usize) < config.min_resolution() {
+        return Err(bad_input(format!("--resolution must be at least {}", config.min_resolution())));
+    }
+    let selection = select(&args.backend).map_err(|e| Failure { code: e.exit_code(), message: e.to_string() })?;
+    eprintln!("{selection}");
+    println!("{}", selection.run(Job { args, config })?);
+    Ok(())
+}
+
+struct Job {
+    args: Args,
+    config: ConvClassifierConfig,
+}
+
+impl BackendJob for Job {
+    type Output = Result<String, Failure>;
+
+    fn run<B: TrainBackend>(self, device: B::Device) -> Self::Output {
+        let Job { args, config } = self;
+        B::seed(&device, args.seed);
+        let resolution = args.resolution as usize;
+        let data = |count: u64, seed: u64| shapes_dataset(resolution, count as usize, seed, 0.05);
+        let train = data(args.train_images, args.seed).map_err(|e| bad_input(e.to_string()))?;
+        let valid = data(args.valid_images, args.seed ^ 0x5EED).map_err(|e| bad_input(e.to_string()))?;
+        let batch = args.batch as usize;
+        let train = DataLoaderBuilder::<B, _, _>::new(ShapeBatcher).batch_size(batch).shuffle(args.seed).build(train);
+        let valid = DataLoaderBuilder::<B::InnerBackend, _, _>::new(ShapeBatcher).batch_size(batch).build(valid);
+
+        let steps = (args.train_images as usize / batch) * args.epochs as usize;
+        let lr = LrSchedule::WarmupCosine {
+            peak: args.lr,
+            warmup_steps: (steps / 10).max(1),
+            total_steps: steps,
+            min_lr: args.lr / 10.0,
+        };
+        let hybrid = match args.mode {
+            Mode::Hybrid => HybridConfig::default().with_warmup_steps(args.warmup as usize),
+            Mode::Full => HybridConfig::all_full(),
+        }
+        .with_seed(args.seed);
+        let strategy = HybridStrategy::new(device.clone(), AdamConfig::new().init(), hybrid, lr.clone())
+            .with_checkpoints(args.out.join("hybrid-checkpoints"));
+        let telemetry = strategy.telemetry();
+
+        let model: ConvClassifier<B> = config.init(&device);
+        let parameters = model.num_params();
+        eprintln!(
+            "training a {parameters}-parameter conv net on {} for {} epochs of {} steps ({} mode) in burn-train",
+            B::name(&device),
+            args.epochs,
+            args.train_images as usize / batch,
+            args.mode.name()
+        );
+        let mut training = SupervisedTraining::new(&args.out, train, valid)
+            .metrics((AccuracyMetric::new(), LossMetric::new()))
+            .metric_train_numeric(telemetry.pool_memory())
+            .metric_train_numeric(telemetry.predicted_share())
+            .with_file_checkpointer(CompactRecorder::new())
+            .num_epochs(args.epochs as usize)
+            .summary()
+            .with_training_strategy(TrainingStrategy::Custom(Arc::new(strategy)));
+        if let Some(epoch) = args.resume_epoch {
+            training = training.checkpoint(epoch as usize);
+        }
+        let result = training.launch(Learner::new(model, AdamConfig::new().init(), ScheduledLr::new(lr)));
+
+        let (taken, predicted) = telemetry.steps();
+        let held_out: Vec<ImageBatch> =
+            data(args.valid_images, args.seed ^ 0x5EED).map_err(|e| bad_input(e.to_string()))?.iter().collect();
+        let batches = held_out.chunks(batch).map(|items| {
+            <ShapeBatcher as Batcher<B::InnerBackend, _, _>>::batch(&ShapeBatcher, items.to_vec(), &device)
+        });
+        let evaluation = result.model.evaluate(batches);
+        Ok(format!(
+            "\nconv net on shapes ({} mode) in burn-train on {}: {taken} steps, {predicted} predicted ({:.0}%)\n\
+             validation loss {:.4}, accuracy {:.1}%\ncheckpoints: {} (burn-train), {} (the trainer's)",
+            args.mode.name(),
+            B::name(&device),
+            100.0 * predicted as f64 / taken.max(1) as f64,
+            evaluation.loss,
+            evaluation.accuracy * 100.0,
+            args.out.join("checkpoint").display(),
+            args.out.join("hybrid-checkpoints").display(),
+        ))
+    }
+}

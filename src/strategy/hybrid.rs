@@ -1,0 +1,217 @@
+//! The strategy: burn-train's epochs and events around `HybridTrainer::step`.
+
+use std::path::PathBuf;
+
+use burn::data::dataloader::Progress;
+use burn::lr_scheduler::LrScheduler;
+use burn::module::AutodiffModule;
+use burn::optim::Optimizer;
+use burn::tensor::backend::AutodiffBackend;
+use burn::train::{
+    EventProcessorTraining, InferenceStep, Learner, LearnerEvent, LearningComponentsMarker, SupervisedLearningStrategy,
+    SupervisedTrainingEventProcessor, TrainLoader, TrainStep, TrainingComponents, TrainingItem, ValidLoader,
+};
+
+use super::StepTelemetry;
+use crate::memory::MemoryProbe;
+use crate::trainer::{
+    ExecutionConfig, HybridBatch, HybridConfig, HybridModel, HybridTrainer, LrSchedule, TrainerError,
+};
+
+/// Trains a burn-train [`Learner`]'s model with a [`HybridTrainer`]: full and predicted
+/// steps over each epoch of the training loader, burn-train's events for every full step
+/// and every validation batch, Burn's checkpointer and early stopping at each epoch's end.
+///
+/// `optimizer` and `lr` are what the trainer uses (a `Learner` keeps its own private);
+/// give the `Learner` the same optimizer, and [`ScheduledLr`](crate::trainer::ScheduledLr)
+/// of the same schedule, so that what Burn's checkpointer saves matches.
+pub struct HybridStrategy<B: AutodiffBackend, O> {
+    device: B::Device,
+    optimizer: O,
+    config: HybridConfig,
+    lr: LrSchedule,
+    execution: ExecutionConfig,
+    checkpoints: Option<PathBuf>,
+    telemetry: StepTelemetry,
+}
+
+impl<B: AutodiffBackend, O> HybridStrategy<B, O> {
+    /// Trains on `device` with `optimizer`, the hybrid `config` and the schedule `lr`.
+    pub fn new(device: B::Device, optimizer: O, config: HybridConfig, lr: LrSchedule) -> Self {
+        Self {
+            device,
+            optimizer,
+            config,
+            lr,
+            execution: ExecutionConfig::default(),
+            checkpoints: None,
+            telemetry: StepTelemetry::new(),
+        }
+    }
+
+    /// How steps execute; burn-train's `grads_accumulation(n)`, when set, overrides the
+    /// accumulation.
+    pub fn with_execution(mut self, execution: ExecutionConfig) -> Self {
+        self.execution = execution;
+        self
+    }
+
+    /// Saves the trainer's own checkpoint (model, optimizer, hybrid state and predictor)
+    /// into `dir` at the end of every epoch, and resumes from its newest when burn-train
+    /// resumes (`SupervisedTraining::checkpoint(epoch)`): Burn's checkpoint lacks the
+    /// hybrid state.
+    pub fn with_checkpoints(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.checkpoints = Some(dir.into());
+        self
+    }
+
+    /// What the strategy saw of its steps; its metrics go to `SupervisedTraining`.
+    pub fn telemetry(&self) -> StepTelemetry {
+        self.telemetry.clone()
+    }
+
+    fn trainer<M, T>(&self, model: M, resume: bool) -> Result<HybridTrainer<B, M, O, T>, TrainerError>
+    where
+        B: MemoryProbe,
+        M: HybridModel<B, T>,
+        O: Optimizer<M, B> + Clone,
+        T: HybridBatch<B>,
+    {
+        let trainer = match &self.checkpoints {
+            Some(dir) if resume && dir.join("latest").exists() => {
+                HybridTrainer::resume(model, self.optimizer.clone(), dir, self.device.clone())?
+            }
+            _ => {
+                if resume {
+                    tracing::warn!(
+                        "resuming without a leanburn checkpoint (HybridStrategy::with_checkpoints): the model comes \
+                         from Burn's checkpoint, the optimizer and the hybrid state start afresh"
+                    );
+                }
+                HybridTrainer::new(
+                    model,
+                    self.optimizer.clone(),
+                    self.config.clone(),
+                    self.lr.clone(),
+                    self.device.clone(),
+                )?
+            }
+        };
+        Ok(trainer.with_execution(self.execution)?.with_train_outputs())
+    }
+}
+
+impl<B, LR, M, O, T> SupervisedLearningStrategy<LearningComponentsMarker<B, LR, M, O>> for HybridStrategy<B, O>
+where
+    B: AutodiffBackend + MemoryProbe,
+    LR: LrScheduler + 'static,
+    M: HybridModel<B, T> + TrainStep<Input = T> + AutodiffModule<B> + core::fmt::Display + 'static,
+    M::InnerModule: InferenceStep,
+    O: Optimizer<M, B> + Clone + 'static,
+    T: HybridBatch<B>,
+{
+    fn fit(
+        &self,
+        components: TrainingComponents<LearningComponentsMarker<B, LR, M, O>>,
+        mut learner: Learner<LearningComponentsMarker<B, LR, M, O>>,
+        train: TrainLoader<LearningComponentsMarker<B, LR, M, O>>,
+        valid: ValidLoader<LearningComponentsMarker<B, LR, M, O>>,
+        starting_epoch: usize,
+    ) -> (M, SupervisedTrainingEventProcessor<LearningComponentsMarker<B, LR, M, O>>) {
+        let TrainingComponents {
+            num_epochs,
+            checkpointer: mut burn_checkpointer,
+            grad_accumulation,
+            interrupter,
+            mut early_stopping,
+            mut event_processor,
+            event_store,
+            ..
+        } = components;
+        let train = train.to_device(&self.device);
+        let valid = valid.to_device(&self.device);
+        learner.fork(&self.device);
+        let mut trainer = match self.trainer(learner.model(), starting_epoch > 1) {
+            Ok(trainer) => trainer,
+            // `fit` cannot return an error: a trainer that cannot be built is a setup mistake.
+            Err(err) => panic!("HybridStrategy: cannot start the trainer: {err}"),
+        };
+        if let Some(accumulation) = grad_accumulation {
+            let execution = self.execution.with_accumulation_steps(accumulation);
+            trainer = trainer.with_execution(execution).unwrap_or_else(|err| panic!("HybridStrategy: {err}"));
+        }
+        let micro_batches = trainer.execution().accumulation_steps;
+
+        for epoch in starting_epoch..=num_epochs {
+            let global = Progress::new(epoch, num_epochs);
+            let mut batches = train.iter();
+            let mut iteration = 0;
+            loop {
+                let group: Vec<T> = batches.by_ref().take(micro_batches).collect();
+                if group.len() < micro_batches {
+                    break;
+                }
+                iteration += 1;
+                let progress = batches.progress();
+                match trainer.step_accumulated(group) {
+                    Ok(record) => {
+                        self.telemetry.observe(&record);
+                        if let Some(output) = trainer.take_train_output() {
+                            let item =
+                                TrainingItem::new(output, progress, global.clone(), Some(iteration), Some(record.lr));
+                            event_processor.process_train(LearnerEvent::ProcessedItem(item));
+                        }
+                    }
+                    Err(err @ TrainerError::NonFiniteLoss { .. }) => {
+                        tracing::warn!(%err, "batch skipped");
+                    }
+                    Err(err) => {
+                        tracing::error!(%err, "training stopped");
+                        interrupter.stop(Some(&format!("HybridStrategy: {err}")));
+                    }
+                }
+                if interrupter.should_stop() {
+                    break;
+                }
+            }
+            event_processor.process_train(LearnerEvent::EndEpoch(epoch));
+            if interrupter.should_stop() {
+                tracing::info!(reason = interrupter.get_message(), "training interrupted");
+                break;
+            }
+
+            let model = trainer.model().valid();
+            let mut batches = valid.iter();
+            let mut iteration = 0;
+            while let Some(batch) = batches.next() {
+                iteration += 1;
+                let item =
+                    TrainingItem::new(model.step(batch), batches.progress(), global.clone(), Some(iteration), None);
+                event_processor.process_valid(LearnerEvent::ProcessedItem(item));
+                if interrupter.should_stop() {
+                    break;
+                }
+            }
+            event_processor.process_valid(LearnerEvent::EndEpoch(epoch));
+
+            if let Some(dir) = &self.checkpoints {
+                if let Err(err) = trainer.save_checkpoint(dir) {
+                    tracing::error!(%err, "checkpoint failed");
+                    interrupter.stop(Some(&format!("HybridStrategy: checkpoint: {err}")));
+                }
+            }
+            if let Some(checkpointer) = burn_checkpointer.as_mut() {
+                learner.load_model(trainer.model().clone().into_record());
+                learner.load_optim(trainer.optimizer().to_record());
+                checkpointer.checkpoint(&learner, epoch, &event_store);
+            }
+            if early_stopping.as_mut().is_some_and(|stopping| stopping.should_stop(epoch, &event_store)) {
+                break;
+            }
+            if interrupter.should_stop() {
+                break;
+            }
+        }
+        (trainer.into_model(), event_processor)
+    }
+}
