@@ -47,7 +47,7 @@ use clap::Parser;
 use leanburn::data::{evaluation_windows, Corpus, Gpt2Tokenizer, HostBatch, Split, TokenDataset, WindowSampler};
 use leanburn::model::{Gpt2, Gpt2Config};
 use leanburn::select::{select, BackendArgs, BackendJob, TrainBackend};
-use leanburn::trainer::{HybridConfig, HybridTrainer, LrSchedule, StepRecord};
+use leanburn::trainer::{HybridConfig, HybridTrainer, LrSchedule, StepReport};
 
 #[derive(Parser, Debug, Clone)]
 #[command(about = "HybridTrainer against all-full training and its ablation: time to the all-full loss")]
@@ -132,7 +132,7 @@ impl RunKind {
 /// One training run's measurements.
 struct RunResult {
     kind: RunKind,
-    records: Vec<StepRecord>,
+    records: Vec<StepReport>,
     /// Steps passed over (the skip ablation).
     skipped: usize,
     /// (step, cumulative training seconds, validation loss), the first at step 0.

@@ -13,7 +13,7 @@
 //! that built this project has.
 //!
 //! Written to `--out` (default `runs/gpt2`), per mode: `metrics-<mode>.jsonl` (one
-//! [`StepRecord`] per step), `validation-<mode>.csv`, `checkpoints-<mode>/`, and `gpt2.svg`
+//! [`StepReport`] per step), `validation-<mode>.csv`, `checkpoints-<mode>/`, and `gpt2.svg`
 //! (train/validation loss and device memory against step, both modes overlaid when both
 //! have run).
 

@@ -1,6 +1,7 @@
 //! leanburn: memory-bounded training on Burn.
 //!
 //! - [`select`]: choose CUDA, wgpu or the CPU at run time and run generic code there.
+//! - [`init`]: eager parameter initialisation (`materialize`), so that clones share weights.
 //! - [`memory`]: read device memory every step, track the peak, detect leaks, trim the pool.
 //! - [`model`]: small reference models used by the examples and the memory tests.
 //! - [`runner`]: the run loop around the trainer: run directory, resume, validation and
@@ -12,6 +13,7 @@
 
 pub mod backend;
 pub mod data;
+pub mod init;
 pub mod memory;
 pub mod model;
 pub mod runner;

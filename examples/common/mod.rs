@@ -16,7 +16,7 @@ use leanburn::runner::{RunDir, RunError, RunEvent, RunOutcome, RunSettings, Runn
 use leanburn::select::{BackendJob, Checkpointing, Selection, TrainBackend};
 use leanburn::trainer::{
     ExecutionConfig, ForwardLoss, HybridBatch, HybridConfig, HybridModel, HybridTrainer, LrSchedule, Precision,
-    PrecisionConfig, StepRecord, TrainerError, TrimPolicy,
+    PrecisionConfig, StepReport, TrainerError, TrimPolicy,
 };
 use plotters::prelude::*;
 
@@ -380,8 +380,8 @@ struct Curves {
 }
 
 impl Curves {
-    fn new(mode: Mode, records: &[StepRecord], validations: &[leanburn::runner::ValidationPoint]) -> Option<Self> {
-        let at = |r: &StepRecord| r.step as f64 + 1.0;
+    fn new(mode: Mode, records: &[StepReport], validations: &[leanburn::runner::ValidationPoint]) -> Option<Self> {
+        let at = |r: &StepReport| r.step as f64 + 1.0;
         let mib = |bytes: u64| bytes as f64 / (1 << 20) as f64;
         Some(Curves {
             mode: mode.name(),

@@ -1,6 +1,11 @@
 //! Per-step sampling of one device: peak tracking and leak detection together.
 
-use super::{host_memory, HostMemory, LeakDetector, MemoryProbe, MemoryReport, MemorySample, PeakTracker, PoolHealth};
+use super::host::{host_memory, HostMemory};
+use super::leak::LeakDetector;
+use super::pool_health::PoolHealth;
+use super::probe::{MemoryProbe, MemorySample};
+use super::report::MemoryReport;
+use super::tracker::PeakTracker;
 
 /// Samples one device's pool, feeding a [`PeakTracker`], a [`LeakDetector`] and a
 /// [`PoolHealth`] watcher.
@@ -34,7 +39,7 @@ impl<B: MemoryProbe> MemoryMonitor<B> {
         sample
     }
 
-    /// Records readings taken elsewhere (a [`StepRecord`](crate::trainer::StepRecord)'s
+    /// Records readings taken elsewhere (a [`StepReport`](crate::trainer::StepReport)'s
     /// `memory` and `host_memory`) as `step`, with no sync of its own. Returns `true` the
     /// first time the pool has been bloated for long ([`PoolHealth::observe`]).
     pub fn observe(&mut self, step: u64, sample: Option<MemorySample>, host: Option<HostMemory>) -> bool {

@@ -6,7 +6,8 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-use super::{format_bytes, MemorySample};
+use super::format_bytes;
+use super::probe::MemorySample;
 
 /// Watches `bytes_reserved / bytes_in_use` sample by sample and says when the pool has
 /// been bloated for `patience` samples in a row: reserved above `ratio` × in use *and*

@@ -4,7 +4,11 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-use super::{format_bytes, HostMemory, LeakReport, MemorySample, PoolVerdict};
+use super::format_bytes;
+use super::host::HostMemory;
+use super::leak::LeakReport;
+use super::pool_health::PoolVerdict;
+use super::probe::MemorySample;
 
 /// A summary of what a [`MemoryMonitor`](super::MemoryMonitor) saw. `Display` prints it
 /// as a table; it also serialises for JSON logs.

@@ -1,6 +1,6 @@
 //! The highest readings seen so far.
 
-use super::MemorySample;
+use super::probe::MemorySample;
 
 /// Keeps the peak of `bytes_in_use` and of `bytes_reserved` over the samples it is shown.
 ///

@@ -11,7 +11,7 @@ use burn::prelude::*;
 use burn::tensor::backend::AutodiffBackend;
 use burn::train::{ClassificationOutput, InferenceStep, TrainOutput, TrainStep};
 
-use super::materialize::materialize;
+use crate::init::materialize;
 use crate::trainer::ForwardLoss;
 
 #[derive(Config, Debug)]

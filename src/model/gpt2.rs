@@ -28,8 +28,8 @@ use burn::train::{InferenceStep, TrainOutput, TrainStep};
 use crate::trainer::ForwardLoss;
 
 use super::lm_head_loss::{chunked_lm_head_loss, fused_lm_head_loss};
-use super::materialize::materialize;
 use crate::data::{HostBatch, TokenBatch};
+use crate::init::materialize;
 use crate::trainer::StepLoss;
 
 /// The GPT-2 vocabulary (`r50k_base`): 50,000 merges, 256 bytes, `<|endoftext|>`.

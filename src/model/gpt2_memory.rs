@@ -17,7 +17,7 @@
 
 use std::fmt;
 
-use super::Gpt2Config;
+use super::gpt2::Gpt2Config;
 use crate::memory::format_bytes;
 
 /// Estimated device bytes of one GPT-2 training step; see the [module docs](self).

@@ -5,7 +5,6 @@ mod gpt2;
 mod gpt2_memory;
 mod lm_head_loss;
 mod loss_precision;
-mod materialize;
 mod small_cnn;
 
 pub use conv_classifier::{ConvBlock, ConvClassifier, ConvClassifierConfig, Evaluation};
@@ -13,5 +12,4 @@ pub use gpt2::{Gpt2, Gpt2Config, Gpt2ConfigError, LanguageModelOutput, GPT2_PRES
 pub use gpt2_memory::Gpt2MemoryEstimate;
 pub use lm_head_loss::{chunked_lm_head_loss, fused_lm_head_loss};
 pub use loss_precision::logits_in_f32;
-pub use materialize::materialize;
 pub use small_cnn::{SmallCnn, SmallCnnConfig};

@@ -2,7 +2,7 @@
 //! and a linear head. Small enough to train on llvmpipe in CI, conv-heavy enough that the
 //! autodiff graph retains convolution inputs, which is what the memory tests look for.
 
-use super::materialize::materialize;
+use crate::init::materialize;
 use crate::trainer::ForwardLoss;
 use burn::nn::conv::{Conv2d, Conv2dConfig};
 use burn::nn::loss::CrossEntropyLossConfig;

@@ -7,11 +7,11 @@ use std::path::{Path, PathBuf};
 use burn::optim::Optimizer;
 use burn::tensor::backend::AutodiffBackend;
 
-use super::validation::ValidationLog;
-use super::{RunError, ValidationPoint};
+use super::error::RunError;
+use super::validation::{ValidationLog, ValidationPoint};
 use crate::data::CorpusFingerprint;
 use crate::memory::MemoryProbe;
-use crate::trainer::{HybridBatch, HybridConfig, HybridModel, HybridTrainer, LrSchedule, StepRecord};
+use crate::trainer::{HybridBatch, HybridConfig, HybridModel, HybridTrainer, LrSchedule, StepReport};
 
 /// How a run starts in its directory.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -41,7 +41,7 @@ pub enum CorpusCheck {
 /// What an earlier process of a run wrote: its step records and validations.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct RunHistory {
-    pub records: Vec<StepRecord>,
+    pub records: Vec<StepReport>,
     pub validations: Vec<ValidationPoint>,
 }
 
@@ -108,7 +108,7 @@ impl RunDir {
         self.resumed
     }
 
-    /// One [`StepRecord`] per line (JSON).
+    /// One [`StepReport`] per line (JSON).
     pub fn metrics_path(&self) -> PathBuf {
         self.out.join(format!("metrics-{}.jsonl", self.name))
     }
@@ -183,7 +183,7 @@ impl RunDir {
     /// process ran past its last checkpoint, which the resumed run runs again).
     fn cut_history_at(&self, taken: usize) -> Result<(), RunError> {
         let history = self.history()?;
-        let records: Vec<&StepRecord> = history.records.iter().filter(|r| r.step < taken).collect();
+        let records: Vec<&StepReport> = history.records.iter().filter(|r| r.step < taken).collect();
         if records.len() < history.records.len() {
             let mut text = String::new();
             for record in records {

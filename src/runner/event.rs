@@ -2,9 +2,9 @@
 
 use std::path::Path;
 
-use super::ValidationPoint;
+use super::validation::ValidationPoint;
 use crate::memory::PoolVerdict;
-use crate::trainer::StepRecord;
+use crate::trainer::StepReport;
 
 /// One thing that happened in a run, told to the callback of
 /// [`Runner::run`](super::Runner::run) as it happens.
@@ -14,7 +14,7 @@ pub enum RunEvent<'a> {
     Started { first: usize, steps: usize },
     /// A step finished.
     Step {
-        record: &'a StepRecord,
+        record: &'a StepReport,
         /// The newest loss read back (steps that left theirs on the device have none).
         last_loss: Option<f64>,
         /// Items per second of training over the whole run so far.

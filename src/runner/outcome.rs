@@ -2,16 +2,16 @@
 
 use std::path::PathBuf;
 
-use super::{Validation, ValidationPoint};
+use super::validation::{Validation, ValidationPoint};
 use crate::memory::{MemoryReport, MemorySample};
-use crate::trainer::{StepRecord, TrainerStatistics};
+use crate::trainer::{StepReport, TrainerStatistics};
 
 /// A finished run: every step record and validation of the run (those of earlier
 /// processes of a resumed run first), its totals and its memory.
 #[derive(Clone, Debug)]
 pub struct RunOutcome {
     /// One record per step, from the run's first step.
-    pub records: Vec<StepRecord>,
+    pub records: Vec<StepReport>,
     /// Every validation, from the run's first.
     pub validations: Vec<ValidationPoint>,
     /// Seconds of training (validation and checkpoints not counted), across resumes.

@@ -3,8 +3,12 @@
 use burn::optim::Optimizer;
 use burn::tensor::backend::AutodiffBackend;
 
-use super::validation::ValidationLog;
-use super::{RunDir, RunError, RunEvent, RunOutcome, RunSettings, Validation, ValidationPoint};
+use super::dir::RunDir;
+use super::error::RunError;
+use super::event::RunEvent;
+use super::outcome::RunOutcome;
+use super::settings::RunSettings;
+use super::validation::{Validation, ValidationLog, ValidationPoint};
 use crate::memory::{MemoryMonitor, MemoryProbe};
 use crate::trainer::{HybridBatch, HybridModel, HybridTrainer};
 

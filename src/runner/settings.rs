@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::RunError;
+use super::error::RunError;
 
 /// The cadence of a run. The last step is always validated (with validation on) and
 /// checkpointed (with checkpoints on).

@@ -39,7 +39,7 @@ fn flat(model: &Regressor<Train>) -> Vec<f64> {
     weights(model).into_iter().flat_map(|data| data.to_vec::<f32>().unwrap()).map(f64::from).collect()
 }
 
-fn losses(records: &[crate::trainer::StepRecord]) -> Vec<f64> {
+fn losses(records: &[crate::trainer::StepReport]) -> Vec<f64> {
     records.iter().map(|r| r.loss.unwrap_or(-1.0)).collect()
 }
 

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::RunError;
+use super::error::RunError;
 
 /// A validation result: the loss, and the accuracy for classifiers.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]

@@ -19,15 +19,13 @@ pub use capacity::cuda_total_memory;
 pub use capacity::{device_memory, host_memory};
 pub use headless::quiet_headless_vulkan;
 pub use probe::{probe_cuda, probe_wgpu, AdapterKind, AdapterSummary, CudaStatus};
-pub use run::{
-    BackendJob, Checkpointing, CpuCheckpointedStack, CpuStack, LeanCpuCheckpointedStack, LeanCpuStack,
-    LeanWgpuCheckpointedStack, LeanWgpuStack, TrainBackend, WgpuCheckpointedStack, WgpuStack,
-};
 #[cfg(feature = "cuda")]
-pub use run::{CudaCheckpointedStack, CudaStack, LeanCudaCheckpointedStack, LeanCudaStack};
+pub use run::CubeCuda;
+pub use run::{BackendJob, Checkpointing, CubeWgpu, TrainBackend};
 
 /// The backend a user asks for.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "cli", derive(clap::ValueEnum))]
 #[serde(rename_all = "lowercase")]
 pub enum BackendKind {
     /// CUDA if a driver and device answer, else a GPU through wgpu, else the CPU.
@@ -36,10 +34,10 @@ pub enum BackendKind {
     /// NVIDIA GPUs through CubeCL's CUDA runtime.
     Cuda,
     /// Any Vulkan/Metal adapter through CubeCL's wgpu runtime, software ones included.
-    #[value(alias = "vulkan")]
+    #[cfg_attr(feature = "cli", value(alias = "vulkan"))]
     Wgpu,
     /// Burn's `flex` CPU backend (pure Rust, SIMD, multi-threaded through rayon).
-    #[value(alias = "flex")]
+    #[cfg_attr(feature = "cli", value(alias = "flex"))]
     Cpu,
 }
 
@@ -65,8 +63,16 @@ impl fmt::Display for BackendKind {
 impl FromStr for BackendKind {
     type Err = SelectError;
 
+    /// A name of [`NAMES`](Self::NAMES) in any case, or the aliases `vulkan` (wgpu) and
+    /// `flex` (cpu).
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        <Self as clap::ValueEnum>::from_str(s.trim(), true).map_err(|_| SelectError::UnknownBackend(s.to_string()))
+        match s.trim().to_ascii_lowercase().as_str() {
+            "auto" => Ok(Self::Auto),
+            "cuda" => Ok(Self::Cuda),
+            "wgpu" | "vulkan" => Ok(Self::Wgpu),
+            "cpu" | "flex" => Ok(Self::Cpu),
+            _ => Err(SelectError::UnknownBackend(s.to_string())),
+        }
     }
 }
 
@@ -88,6 +94,7 @@ pub enum SelectError {
     NoSuchWgpuAdapter { requested: usize, available: usize },
 }
 
+#[cfg(feature = "cli")]
 impl SelectError {
     /// Process exit code for a command-line tool: 2 for a malformed request (as for any
     /// other bad flag), 1 for a well-formed request this machine cannot serve.
@@ -99,18 +106,23 @@ impl SelectError {
     }
 }
 
-/// Command-line flags for backend selection, to `#[command(flatten)]` into a clap parser.
-#[derive(Clone, Debug, Default, PartialEq, Eq, clap::Args)]
+/// What to select: the backend, the device, and whether software adapters count. With
+/// the `cli` feature also command-line flags, to `#[command(flatten)]` into a clap parser.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "cli", derive(clap::Args))]
 pub struct BackendArgs {
     /// Backend to run on.
-    #[arg(long, value_enum, env = "LEANBURN_BACKEND", default_value_t = BackendKind::Auto, ignore_case = true)]
+    #[cfg_attr(
+        feature = "cli",
+        arg(long, value_enum, env = "LEANBURN_BACKEND", default_value_t = BackendKind::Auto, ignore_case = true)
+    )]
     pub backend: BackendKind,
     /// Which device of the chosen backend: the CUDA ordinal, or the wgpu adapter in the
     /// order listed (best first).
-    #[arg(long = "device", default_value_t = 0)]
+    #[cfg_attr(feature = "cli", arg(long = "device", default_value_t = 0))]
     pub device_index: usize,
     /// Let `auto` pick a software Vulkan adapter (llvmpipe) over the CPU backend.
-    #[arg(long, env = "LEANBURN_ALLOW_SOFTWARE")]
+    #[cfg_attr(feature = "cli", arg(long, env = "LEANBURN_ALLOW_SOFTWARE"))]
     pub allow_software: bool,
 }
 
@@ -285,7 +297,7 @@ mod tests {
     #[test]
     fn unknown_name_lists_the_valid_ones() {
         let err = "nosuch".parse::<BackendKind>().unwrap_err();
-        assert_eq!(err.exit_code(), 2);
+        assert!(matches!(err, SelectError::UnknownBackend(_)));
         let text = err.to_string();
         for name in BackendKind::NAMES {
             assert!(text.contains(name), "{text}");
@@ -311,7 +323,7 @@ mod tests {
     #[test]
     fn explicit_cuda_without_a_driver_is_a_clear_error() {
         let err = select_cuda(0, CudaStatus::Unavailable("no CUDA driver".into())).unwrap_err();
-        assert_eq!(err.exit_code(), 1);
+        assert!(matches!(err, SelectError::CudaUnavailable(_)), "{err:?}");
         assert!(err.to_string().contains("no CUDA driver"), "{err}");
         let err = select_cuda(0, CudaStatus::NotCompiled).unwrap_err();
         assert!(err.to_string().contains("feature `cuda`"), "{err}");

@@ -1,6 +1,6 @@
 //! Running one generic job on whichever backend was selected.
 
-use burn::backend::autodiff::checkpoint::strategy::BalancedCheckpointing;
+use burn::backend::autodiff::checkpoint::strategy::{BalancedCheckpointing, CheckpointStrategy, NoCheckpointing};
 use burn::backend::flex::FlexDevice;
 use burn::backend::{Autodiff, Flex, Wgpu};
 use burn::tensor::backend::AutodiffBackend;
@@ -20,38 +20,11 @@ where
 {
 }
 
-/// The stack used for the CUDA choice.
+/// The unfused CubeCL backend on CUDA, which `Lean`'s kernels run on (`Selection::run_lean`).
 #[cfg(feature = "cuda")]
-pub type CudaStack = Autodiff<burn::backend::Cuda>;
-/// The stack used for the wgpu choice.
-pub type WgpuStack = Autodiff<Wgpu>;
-/// The stack used for the CPU choice.
-pub type CpuStack = Autodiff<Flex>;
-
-/// The `Lean` stack for the CUDA choice: leanburn's kernels on the unfused CubeCL backend.
-#[cfg(feature = "cuda")]
-pub type LeanCudaStack = Autodiff<Lean<burn_cubecl::CubeBackend<cubecl::cuda::CudaRuntime, f32, i32, u8>>>;
-/// The `Lean` stack for the wgpu choice: leanburn's kernels on the unfused CubeCL backend.
-pub type LeanWgpuStack = Autodiff<Lean<burn_cubecl::CubeBackend<burn::backend::wgpu::WgpuRuntime, f32, i32, u32>>>;
-/// The `Lean` stack for the CPU choice (composed convolutions).
-pub type LeanCpuStack = Autodiff<Lean<Flex>>;
-
-/// The CUDA stack with activation checkpointing.
-#[cfg(feature = "cuda")]
-pub type CudaCheckpointedStack = Autodiff<burn::backend::Cuda, BalancedCheckpointing>;
-/// The wgpu stack with activation checkpointing.
-pub type WgpuCheckpointedStack = Autodiff<Wgpu, BalancedCheckpointing>;
-/// The CPU stack with activation checkpointing.
-pub type CpuCheckpointedStack = Autodiff<Flex, BalancedCheckpointing>;
-/// The `Lean` CUDA stack with activation checkpointing.
-#[cfg(feature = "cuda")]
-pub type LeanCudaCheckpointedStack =
-    Autodiff<Lean<burn_cubecl::CubeBackend<cubecl::cuda::CudaRuntime, f32, i32, u8>>, BalancedCheckpointing>;
-/// The `Lean` wgpu stack with activation checkpointing.
-pub type LeanWgpuCheckpointedStack =
-    Autodiff<Lean<burn_cubecl::CubeBackend<burn::backend::wgpu::WgpuRuntime, f32, i32, u32>>, BalancedCheckpointing>;
-/// The `Lean` CPU stack with activation checkpointing.
-pub type LeanCpuCheckpointedStack = Autodiff<Lean<Flex>, BalancedCheckpointing>;
+pub type CubeCuda = burn_cubecl::CubeBackend<cubecl::cuda::CudaRuntime, f32, i32, u8>;
+/// The unfused CubeCL backend on wgpu, which `Lean`'s kernels run on (`Selection::run_lean`).
+pub type CubeWgpu = burn_cubecl::CubeBackend<burn::backend::wgpu::WgpuRuntime, f32, i32, u32>;
 
 /// Whether the autodiff backend keeps every activation the backward pass needs, or
 /// recomputes the cheap ones.
@@ -61,7 +34,8 @@ pub type LeanCpuCheckpointedStack = Autodiff<Lean<Flex>, BalancedCheckpointing>;
 /// it recomputes them from the nearest kept, compute-bound result (matmuls,
 /// convolutions). Less memory between forward and backward, some extra time in the
 /// backward; gradients are the same. Measured effects are in `docs/benchmarks.md`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "cli", derive(clap::ValueEnum))]
 pub enum Checkpointing {
     /// Keep what the backward pass needs (Burn's default, `NoCheckpointing`).
     #[default]
@@ -80,54 +54,51 @@ pub trait BackendJob {
 }
 
 impl Selection {
-    /// Runs `job` on the chosen backend and device.
+    /// Runs `job` on the chosen device, on Burn's default stack there: `Autodiff<Cuda>`,
+    /// `Autodiff<Wgpu>` or `Autodiff<Flex>`.
     pub fn run<J: BackendJob>(&self, job: J) -> J::Output {
-        match &self.chosen {
-            #[cfg(feature = "cuda")]
-            Chosen::Cuda { ordinal } => job.run::<CudaStack>(burn::backend::cuda::CudaDevice::new(*ordinal)),
-            Chosen::Wgpu { device, .. } => job.run::<WgpuStack>(device.clone()),
-            Chosen::Cpu => job.run::<CpuStack>(FlexDevice),
-        }
+        self.run_with(job, Checkpointing::Off)
     }
 
     /// [`run`](Self::run), with the given activation checkpointing.
     pub fn run_with<J: BackendJob>(&self, job: J, checkpointing: Checkpointing) -> J::Output {
-        if checkpointing == Checkpointing::Off {
-            return self.run(job);
-        }
-        match &self.chosen {
-            #[cfg(feature = "cuda")]
-            Chosen::Cuda { ordinal } => {
-                job.run::<CudaCheckpointedStack>(burn::backend::cuda::CudaDevice::new(*ordinal))
-            }
-            Chosen::Wgpu { device, .. } => job.run::<WgpuCheckpointedStack>(device.clone()),
-            Chosen::Cpu => job.run::<CpuCheckpointedStack>(FlexDevice),
-        }
-    }
-
-    /// [`run_lean`](Self::run_lean), with the given activation checkpointing.
-    pub fn run_lean_with<J: BackendJob>(&self, job: J, checkpointing: Checkpointing) -> J::Output {
-        if checkpointing == Checkpointing::Off {
-            return self.run_lean(job);
-        }
-        match &self.chosen {
-            #[cfg(feature = "cuda")]
-            Chosen::Cuda { ordinal } => {
-                job.run::<LeanCudaCheckpointedStack>(burn::backend::cuda::CudaDevice::new(*ordinal))
-            }
-            Chosen::Wgpu { device, .. } => job.run::<LeanWgpuCheckpointedStack>(device.clone()),
-            Chosen::Cpu => job.run::<LeanCpuCheckpointedStack>(FlexDevice),
+        match checkpointing {
+            Checkpointing::Off => self.dispatch::<J, NoCheckpointing>(job, false),
+            Checkpointing::Balanced => self.dispatch::<J, BalancedCheckpointing>(job, false),
         }
     }
 
     /// Runs `job` on the chosen device with `Lean` inside autodiff, so its convolutions
-    /// are leanburn's memory-bounded ones (see `docs/backend.md`).
+    /// are leanburn's memory-bounded ones (see `docs/backend.md`): `Autodiff<Lean<B>>` with
+    /// `B` the unfused [`CubeCuda`] or [`CubeWgpu`] (leanburn's kernels), or `Flex`.
     pub fn run_lean<J: BackendJob>(&self, job: J) -> J::Output {
-        match &self.chosen {
+        self.run_lean_with(job, Checkpointing::Off)
+    }
+
+    /// [`run_lean`](Self::run_lean), with the given activation checkpointing.
+    pub fn run_lean_with<J: BackendJob>(&self, job: J, checkpointing: Checkpointing) -> J::Output {
+        match checkpointing {
+            Checkpointing::Off => self.dispatch::<J, NoCheckpointing>(job, true),
+            Checkpointing::Balanced => self.dispatch::<J, BalancedCheckpointing>(job, true),
+        }
+    }
+
+    /// The one place a choice becomes a type: `Autodiff<B, C>` over the chosen backend,
+    /// wrapped in `Lean` when `lean`.
+    fn dispatch<J: BackendJob, C: CheckpointStrategy>(&self, job: J, lean: bool) -> J::Output {
+        match (&self.chosen, lean) {
             #[cfg(feature = "cuda")]
-            Chosen::Cuda { ordinal } => job.run::<LeanCudaStack>(burn::backend::cuda::CudaDevice::new(*ordinal)),
-            Chosen::Wgpu { device, .. } => job.run::<LeanWgpuStack>(device.clone()),
-            Chosen::Cpu => job.run::<LeanCpuStack>(FlexDevice),
+            (Chosen::Cuda { ordinal }, false) => {
+                job.run::<Autodiff<burn::backend::Cuda, C>>(burn::backend::cuda::CudaDevice::new(*ordinal))
+            }
+            #[cfg(feature = "cuda")]
+            (Chosen::Cuda { ordinal }, true) => {
+                job.run::<Autodiff<Lean<CubeCuda>, C>>(burn::backend::cuda::CudaDevice::new(*ordinal))
+            }
+            (Chosen::Wgpu { device, .. }, false) => job.run::<Autodiff<Wgpu, C>>(device.clone()),
+            (Chosen::Wgpu { device, .. }, true) => job.run::<Autodiff<Lean<CubeWgpu>, C>>(device.clone()),
+            (Chosen::Cpu, false) => job.run::<Autodiff<Flex, C>>(FlexDevice),
+            (Chosen::Cpu, true) => job.run::<Autodiff<Lean<Flex>, C>>(FlexDevice),
         }
     }
 }

@@ -12,7 +12,7 @@ use burn::train::{
     SupervisedTrainingEventProcessor, TrainLoader, TrainStep, TrainingComponents, TrainingItem, ValidLoader,
 };
 
-use super::StepTelemetry;
+use super::telemetry::StepTelemetry;
 use crate::memory::MemoryProbe;
 use crate::trainer::{
     ExecutionConfig, HybridBatch, HybridConfig, HybridModel, HybridTrainer, LrSchedule, TrainerError,

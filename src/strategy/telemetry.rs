@@ -7,7 +7,7 @@ use burn::train::metric::{
     Metric, MetricAttributes, MetricMetadata, MetricName, Numeric, NumericAttributes, NumericEntry, SerializedEntry,
 };
 
-use crate::trainer::StepRecord;
+use crate::trainer::StepReport;
 
 /// What the strategy saw of its steps, shared with the metrics it hands out. The metrics
 /// read the newest values when burn-train processes a step's output (on its own thread,
@@ -38,7 +38,7 @@ impl StepTelemetry {
     }
 
     /// Records one step.
-    pub fn observe(&self, record: &StepRecord) {
+    pub fn observe(&self, record: &StepReport) {
         let mut seen = self.state.lock().expect("telemetry lock");
         seen.steps += 1;
         seen.predicted += usize::from(record.predicted);

@@ -26,8 +26,8 @@ use super::predict::guard::RollbackReason;
 use super::predict::phase::Phase;
 use super::predict::predictor::UpdatePredictor;
 use super::predict::snapshot::Snapshot;
-use super::records::record::{JsonlWriter, StepRecord};
-use super::records::statistics::TrainerStatistics;
+use super::reports::statistics::TrainerStatistics;
+use super::reports::step_report::{JsonlWriter, StepReport};
 use super::step::{ForwardLoss, HybridBatch, HybridModel, StepLoss};
 use crate::memory::MemoryProbe;
 
@@ -105,7 +105,7 @@ where
         lr.validate()?;
         let predictor = UpdatePredictor::new(config.ema_decay, config.predictor_precision);
         // Eager weights: a block snapshot or a caller's clone must see the values trained.
-        let model = crate::model::materialize(model);
+        let model = crate::init::materialize(model);
         Ok(Self::assemble(model, optimizer, TrainerState::new(config, lr), predictor, device))
     }
 
@@ -338,7 +338,7 @@ where
     /// optimizer, not the schedule; the caller may skip the batch or stop. A rejected
     /// predicted step is not an error: its record says `rolled_back`. An error writing the
     /// metrics line is returned after the step has been applied.
-    pub fn step(&mut self, batch: T) -> Result<StepRecord, TrainerError> {
+    pub fn step(&mut self, batch: T) -> Result<StepReport, TrainerError> {
         self.step_accumulated([batch])
     }
 
@@ -350,7 +350,7 @@ where
     ///
     /// The micro-batches are taken one at a time: give a lazy iterator (say, one that
     /// moves host batches to the device in `map`) and only one is on the device at once.
-    pub fn step_accumulated<I>(&mut self, micro_batches: I) -> Result<StepRecord, TrainerError>
+    pub fn step_accumulated<I>(&mut self, micro_batches: I) -> Result<StepReport, TrainerError>
     where
         I: IntoIterator<Item = T>,
         I::IntoIter: ExactSizeIterator,
@@ -411,7 +411,7 @@ where
         let memory = if synced { B::memory_sample(&self.device) } else { None };
         let host_memory = if synced && memory.is_none() { crate::memory::host_memory() } else { None };
 
-        let record = StepRecord {
+        let record = StepReport {
             step: self.state.step,
             optimizer_step: outcome.optimizer_step,
             phase,

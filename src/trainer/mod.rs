@@ -59,7 +59,7 @@ mod lr;
 mod params;
 mod precision;
 mod predict;
-mod records;
+mod reports;
 mod step;
 
 #[cfg(test)]
@@ -79,6 +79,6 @@ pub use params::ParamUpdates;
 pub use precision::{LossScaleConfig, LossScaler, Precision, PrecisionConfig};
 pub use predict::phase::Phase;
 pub use predict::predictor::UpdatePredictor;
-pub use records::record::StepRecord;
-pub use records::statistics::TrainerStatistics;
+pub use reports::statistics::TrainerStatistics;
+pub use reports::step_report::StepReport;
 pub use step::{ForwardLoss, HybridBatch, HybridModel, StepLoss};

@@ -496,7 +496,7 @@ fn writes_one_json_line_per_step() {
     for step in 0..7 {
         trainer.step(batch(step)).expect("step");
     }
-    let lines: Vec<StepRecord> = std::fs::read_to_string(&path)
+    let lines: Vec<StepReport> = std::fs::read_to_string(&path)
         .expect("read")
         .lines()
         .map(|line| serde_json::from_str(line).expect("a record"))

@@ -70,7 +70,7 @@ fn balanced_checkpointing_gives_the_same_update_and_holds_less() {
     let batch = WindowSampler::new(64, 64, 3).expect("valid sampler").sample(&tokens, Split::Train).expect("windows");
 
     // Control: what the plain backend's graph holds.
-    let start = leanburn::model::materialize(config.init::<Wgpu>(&device));
+    let start = leanburn::init::materialize(config.init::<Wgpu>(&device));
     let initial = parameters(&start);
     let (plain, plain_params) = one_step::<Autodiff<Wgpu, NoCheckpointing>>(&start, &batch, &device);
     let (checkpointed, checkpointed_params) =

@@ -14,7 +14,7 @@ use leanburn::trainer::{HybridConfig, HybridTrainer, LrSchedule};
 use crate::common::{exclusive_device, wgpu_device};
 use crate::{soak, LeanWgpu, Soak};
 
-type Gpt2Backend = leanburn::select::WgpuStack;
+type Gpt2Backend = burn::backend::Autodiff<burn::backend::Wgpu>;
 
 const STEPS: usize = 300;
 /// The controls grow by a tensor a step: a third of the run shows it.

@@ -42,7 +42,7 @@ use leanburn::memory::{LeakDetector, LeakReport, MemoryProbe};
 use leanburn::trainer::{HybridBatch, HybridTrainer, TrainerStatistics};
 
 /// `Autodiff<Lean<CubeBackend<Wgpu>>>`: leanburn's convolutions inside autodiff.
-pub type LeanWgpu = leanburn::select::LeanWgpuStack;
+pub type LeanWgpu = burn::backend::Autodiff<leanburn::backend::Lean<leanburn::select::CubeWgpu>>;
 
 /// Live bytes in the device pool now.
 pub fn in_use<B: MemoryProbe>(device: &B::Device) -> u64 {

@@ -18,7 +18,7 @@ use crate::common::{exclusive_device, wgpu_device};
 use crate::LeanWgpu;
 
 type Device = burn::backend::wgpu::WgpuDevice;
-type Gpt2Backend = leanburn::select::WgpuStack;
+type Gpt2Backend = burn::backend::Autodiff<burn::backend::Wgpu>;
 /// The unfused backend for the memory reading: fusion decides on its own which
 /// intermediate results exist.
 type Unfused = Autodiff<burn_cubecl::CubeBackend<WgpuRuntime, f32, i32, u32>>;
@@ -73,7 +73,7 @@ impl Gpt2Run {
 /// batches, in `precision`.
 fn gpt2_run(precision: PrecisionConfig, device: &Device) -> Gpt2Run {
     <Gpt2Backend as Backend>::seed(device, 11);
-    let model = leanburn::model::materialize(config().init::<Gpt2Backend>(device));
+    let model = leanburn::init::materialize(config().init::<Gpt2Backend>(device));
     let mut trainer = HybridTrainer::new(
         model,
         AdamConfig::new().init(),
@@ -145,7 +145,7 @@ fn f16_training_survives_an_injected_overflow_and_keeps_learning() {
 fn the_f32_master_keeps_updates_that_f16_weights_would_round_away() {
     let _guard = exclusive_device();
     let device = wgpu_device();
-    let model = leanburn::model::materialize(config().init::<Gpt2Backend>(&device));
+    let model = leanburn::init::materialize(config().init::<Gpt2Backend>(&device));
     let (before, _) = parameters(&model);
     // Adam's first step moves every weight with a gradient by about lr = 1e-6, far below
     // f16's spacing near gpt2's weights (about 1.5e-5 at 0.02).
@@ -218,7 +218,7 @@ fn mean(values: &[f64]) -> f64 {
 fn the_cnn_trains_in_f16_like_f32_through_leanburns_convolutions() {
     let _guard = exclusive_device();
     let device = wgpu_device();
-    let start = leanburn::model::materialize(
+    let start = leanburn::init::materialize(
         ConvClassifierConfig::new().with_widths(vec![8, 16]).with_classes(SHAPE_CLASSES).init::<LeanWgpu>(&device),
     );
     let full = cnn_losses(&start, Precision::F32, &device);
@@ -234,7 +234,7 @@ fn the_cnn_trains_in_f16_like_f32_through_leanburns_convolutions() {
 /// How far `bytes_reserved` rose over the first full step of a trainer in `precision`,
 /// from a trimmed pool.
 fn step_rise(batch: &HostBatch, precision: Precision, device: &Device) -> u64 {
-    let model = leanburn::model::materialize(wide_config().init::<Unfused>(device).with_loss_chunk(Some(256)));
+    let model = leanburn::init::materialize(wide_config().init::<Unfused>(device).with_loss_chunk(Some(256)));
     let mut trainer = HybridTrainer::new(
         model,
         SgdConfig::new().init(),

@@ -9,7 +9,7 @@ use crate::trainer::lr::LrSchedule;
 use crate::trainer::precision::LossScaler;
 use crate::trainer::predict::guard::LossGuard;
 use crate::trainer::predict::phase::PhaseSchedule;
-use crate::trainer::records::statistics::TrainerStatistics;
+use crate::trainer::reports::statistics::TrainerStatistics;
 
 /// Version of the `trainer.json` layout. 2: predict blocks verified by a paired probe
 /// (`min_gain`, `hold_efficiency`, `reprobe_steps`; the guard keeps the recent pace).

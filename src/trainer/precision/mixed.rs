@@ -166,7 +166,7 @@ mod tests {
     #[test]
     fn the_compute_copy_trains_under_the_master_ids_and_gradients_come_back_unscaled() {
         let device = Default::default();
-        let master: Linear<B> = crate::model::materialize(LinearConfig::new(3, 2).init(&device));
+        let master: Linear<B> = crate::init::materialize(LinearConfig::new(3, 2).init(&device));
         let x = Tensor::<B, 2>::random([4, 3], Distribution::Normal(0.0, 1.0), &device);
 
         let plain = GradientsParams::from_grads(master.forward(x.clone()).sum().backward(), &master);
@@ -186,7 +186,7 @@ mod tests {
     #[test]
     fn an_infinite_gradient_makes_the_check_non_finite() {
         let device = Default::default();
-        let master: Linear<B> = crate::model::materialize(LinearConfig::new(2, 1).init(&device));
+        let master: Linear<B> = crate::init::materialize(LinearConfig::new(2, 1).init(&device));
         let x = Tensor::<B, 2>::from_floats([[1e30, -1e30]], &device);
         let compute = compute_copy::<B, _>(&master, FloatDType::F32);
         // (1e30·w)² overflows f32 in the forward pass already.
@@ -199,7 +199,7 @@ mod tests {
     fn batch_norm_statistics_updated_in_the_copy_reach_the_master() {
         use burn::nn::{BatchNorm, BatchNormConfig};
         let device = Default::default();
-        let master: BatchNorm<B> = crate::model::materialize(BatchNormConfig::new(2).init(&device));
+        let master: BatchNorm<B> = crate::init::materialize(BatchNormConfig::new(2).init(&device));
         let compute = compute_copy::<B, _>(&master, FloatDType::F32);
         let x = Tensor::<B, 3>::random([4, 2, 5], Distribution::Normal(3.0, 1.0), &device);
         let _ = compute.forward(x);
@@ -213,7 +213,7 @@ mod tests {
     #[test]
     fn frozen_master_parameters_stay_frozen_in_the_copy() {
         let device = Default::default();
-        let mut master: Linear<B> = crate::model::materialize(LinearConfig::new(2, 2).init(&device));
+        let mut master: Linear<B> = crate::init::materialize(LinearConfig::new(2, 2).init(&device));
         master.bias = master.bias.map(|bias| bias.map(|b| b.set_require_grad(false)));
         let compute = compute_copy::<B, _>(&master, FloatDType::F32);
         let x = Tensor::<B, 2>::ones([1, 2], &device);

@@ -17,7 +17,8 @@ use crate::trainer::config::ConfigError;
 use burn::tensor::FloatDType;
 
 /// The float type the forward and backward passes compute in.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "cli", derive(clap::ValueEnum))]
 #[serde(rename_all = "snake_case")]
 pub enum Precision {
     /// Everything in f32 (the default).

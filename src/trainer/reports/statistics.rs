@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::trainer::predict::phase::Phase;
-use crate::trainer::records::record::StepRecord;
+use crate::trainer::reports::step_report::StepReport;
 
 /// Running totals over every step a trainer has taken (checkpointed with it).
 ///
@@ -40,10 +40,10 @@ pub struct TrainerStatistics {
     /// The highest `bytes_in_use` any step reported.
     pub peak_bytes_in_use: Option<u64>,
     /// The process's peak resident memory (host RAM) as of the last step that read it,
-    /// where the backend has no device pool ([`StepRecord::host_memory`]).
+    /// where the backend has no device pool ([`StepReport::host_memory`]).
     #[serde(default)]
     pub peak_resident_bytes: Option<u64>,
-    /// The last loss read back (see [`StepRecord::loss`]).
+    /// The last loss read back (see [`StepReport::loss`]).
     pub last_loss: Option<f64>,
     /// The guard's running full-step loss.
     pub running_loss: Option<f64>,
@@ -64,7 +64,7 @@ pub struct TrainerStatistics {
 
 impl TrainerStatistics {
     /// Adds one step.
-    pub fn observe(&mut self, record: &StepRecord) {
+    pub fn observe(&mut self, record: &StepReport) {
         self.steps += 1;
         match record.phase {
             Phase::Warmup => self.warmup_steps += 1,
@@ -119,8 +119,8 @@ mod tests {
     use super::*;
     use crate::memory::MemorySample;
 
-    fn record(phase: Phase, seconds: f64, in_use: u64, rolled_back: bool) -> StepRecord {
-        StepRecord {
+    fn record(phase: Phase, seconds: f64, in_use: u64, rolled_back: bool) -> StepReport {
+        StepReport {
             step: 0,
             optimizer_step: 0,
             phase,
@@ -176,7 +176,7 @@ mod tests {
         let mut stats = TrainerStatistics::default();
         for (resident, peak) in [(10, 40), (30, 50), (20, 50)] {
             let host = crate::memory::HostMemory { resident, peak_resident: peak };
-            stats.observe(&StepRecord { memory: None, host_memory: Some(host), ..record(Phase::Full, 1.0, 0, false) });
+            stats.observe(&StepReport { memory: None, host_memory: Some(host), ..record(Phase::Full, 1.0, 0, false) });
         }
         assert_eq!(stats.peak_resident_bytes, Some(50));
         assert_eq!(stats.peak_bytes_in_use, None, "host memory never counts as device memory");

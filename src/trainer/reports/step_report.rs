@@ -12,7 +12,7 @@ use crate::trainer::predict::phase::Phase;
 
 /// What one trainer step did and cost.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct StepRecord {
+pub struct StepReport {
     /// Trainer steps taken before this one (0-based).
     pub step: usize,
     /// The optimizer step the learning rate was taken at.
@@ -94,7 +94,7 @@ mod finite_or_null {
     }
 }
 
-/// Appends [`StepRecord`]s to a file, one JSON object per line, flushed line by line so a
+/// Appends [`StepReport`]s to a file, one JSON object per line, flushed line by line so a
 /// crashed run still leaves every finished step on disk.
 #[derive(Debug)]
 pub struct JsonlWriter {
@@ -130,7 +130,7 @@ impl JsonlWriter {
     }
 
     /// Writes one record as one line and flushes it.
-    pub fn write(&mut self, record: &StepRecord) -> Result<(), TrainerError> {
+    pub fn write(&mut self, record: &StepReport) -> Result<(), TrainerError> {
         let mut line =
             serde_json::to_string(record).map_err(|err| TrainerError::io(&self.path, std::io::Error::other(err)))?;
         line.push('\n');
@@ -145,8 +145,8 @@ impl JsonlWriter {
 mod tests {
     use super::*;
 
-    fn record(step: usize, loss: f64) -> StepRecord {
-        StepRecord {
+    fn record(step: usize, loss: f64) -> StepReport {
+        StepReport {
             step,
             optimizer_step: step,
             phase: Phase::Predict,
@@ -175,7 +175,7 @@ mod tests {
         std::env::temp_dir().join(format!("leanburn-jsonl-{}-{name}", std::process::id())).join("steps.jsonl")
     }
 
-    fn read(path: &Path) -> Vec<StepRecord> {
+    fn read(path: &Path) -> Vec<StepReport> {
         std::fs::read_to_string(path)
             .expect("read")
             .lines()
@@ -205,16 +205,16 @@ mod tests {
     fn non_finite_losses_are_null_in_json_and_nan_when_read() {
         let line = serde_json::to_string(&record(3, f64::NAN)).expect("serialise");
         assert!(line.contains("\"loss\":null"), "{line}");
-        let back: StepRecord = serde_json::from_str(&line).expect("deserialise");
+        let back: StepReport = serde_json::from_str(&line).expect("deserialise");
         assert!(back.loss.is_some_and(f64::is_nan) && back.rolled_back);
     }
 
     #[test]
     fn an_unread_loss_is_left_out_and_read_back_as_none() {
-        let unread = StepRecord { loss: None, ..record(4, 1.0) };
+        let unread = StepReport { loss: None, ..record(4, 1.0) };
         let line = serde_json::to_string(&unread).expect("serialise");
         assert!(!line.contains("\"loss\""), "{line}");
-        let back: StepRecord = serde_json::from_str(&line).expect("deserialise");
+        let back: StepReport = serde_json::from_str(&line).expect("deserialise");
         assert_eq!(back, unread);
     }
 
