@@ -204,32 +204,14 @@ fn run(args: Args, matches: &ArgMatches) -> Result<(), Failure> {
             dir.display()
         );
     }
-    eprintln!(
-        "corpus: {:.1} MiB from {} files{}",
-        corpus.bytes as f64 / (1 << 20) as f64,
-        corpus.files,
-        match corpus.skipped_non_utf8 {
-            0 => String::new(),
-            n => format!(" ({n} non-UTF-8 files skipped)"),
-        }
-    );
+    eprintln!("corpus: {corpus}");
     check_corpus(&dir, &CorpusFingerprint::new(&corpus, Gpt2Tokenizer::ENCODING), &args)?;
     let tokenizer = Gpt2Tokenizer::new().map_err(|e| broke(e.to_string()))?;
     let started = Instant::now();
     let tokens = tokenizer.encode_corpus(&corpus.text);
     drop(corpus);
     eprintln!("tokenized: {} tokens in {:.1} s", tokens.len(), started.elapsed().as_secs_f64());
-    let count = tokens.len();
-    let data = TokenDataset::split(tokens, 0.1)
-        .map_err(|e| bad_input(format!("the corpus has {count} tokens, too few to train on ({e})")))?;
-    for (split, tokens) in [(Split::Train, data.train()), (Split::Validation, data.validation())] {
-        if tokens.len() <= seq {
-            return Err(bad_input(format!(
-                "the {split} split has {} tokens, too few for one window of {seq}; give more text or a smaller --seq",
-                tokens.len()
-            )));
-        }
-    }
+    let data = TokenDataset::split_for_windows(tokens, 0.1, seq).map_err(|e| bad_input(format!("--seq {seq}: {e}")))?;
     let validation = evaluation_windows(data.validation(), batch.min(8), seq, args.eval_batches as usize);
     let validation = if validation.is_empty() { evaluation_windows(data.validation(), 1, seq, 1) } else { validation };
 

@@ -69,6 +69,17 @@ pub struct Corpus {
     pub source: CorpusSource,
 }
 
+/// "0.5 MiB from 84 files", with the count of non-UTF-8 files skipped if any.
+impl fmt::Display for Corpus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:.1} MiB from {} files", self.bytes as f64 / (1 << 20) as f64, self.files)?;
+        match self.skipped_non_utf8 {
+            0 => Ok(()),
+            n => write!(f, " ({n} non-UTF-8 files skipped)"),
+        }
+    }
+}
+
 impl Corpus {
     /// Reads a UTF-8 file, or every text file under a directory.
     ///

@@ -59,6 +59,24 @@ impl TokenDataset {
         Ok(Self { train: tokens, validation })
     }
 
+    /// [`split`](Self::split), refusing a split too short to give one window of `window`
+    /// tokens (a window reads `window + 1` tokens: inputs and the targets shifted by one).
+    pub fn split_for_windows(tokens: Vec<u32>, validation_fraction: f64, window: usize) -> Result<Self, DataError> {
+        let count = tokens.len();
+        let data = Self::split(tokens, validation_fraction)
+            .map_err(|e| DataError::invalid(format!("the corpus has {count} tokens, too few to train on ({e})")))?;
+        for split in [Split::Train, Split::Validation] {
+            let tokens = data.get(split).len();
+            if tokens <= window {
+                return Err(DataError::invalid(format!(
+                    "the {split} split has {tokens} tokens, too few for one window of {window}; give more text or \
+                     shorter windows"
+                )));
+            }
+        }
+        Ok(data)
+    }
+
     /// The training tokens.
     pub fn train(&self) -> &[u32] {
         &self.train
@@ -96,6 +114,17 @@ impl TokenDataset {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_split_for_windows_holds_a_window_on_each_side() {
+        let data = TokenDataset::split_for_windows((0..100).collect(), 0.1, 8).unwrap();
+        assert_eq!((data.train().len(), data.validation().len()), (90, 10));
+        // Control: ten validation tokens cannot give a window of ten.
+        let err = TokenDataset::split_for_windows((0..100).collect(), 0.1, 10).unwrap_err().to_string();
+        assert!(err.contains("validation split has 10 tokens, too few for one window of 10"), "{err}");
+        let err = TokenDataset::split_for_windows(vec![1], 0.1, 1).unwrap_err().to_string();
+        assert!(err.contains("the corpus has 1 tokens, too few"), "{err}");
+    }
+
     use super::*;
 
     #[test]
