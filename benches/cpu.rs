@@ -27,10 +27,9 @@ use std::time::Instant;
 use burn::backend::{Autodiff, Flex, NdArray};
 use burn::optim::grad_clipping::GradientClippingConfig;
 use burn::optim::AdamWConfig;
-use burn::tensor::backend::AutodiffBackend;
 use clap::Parser;
 use leanburn::data::{Split, WindowSampler};
-use leanburn::memory::{format_bytes, host_memory, MemoryProbe};
+use leanburn::memory::{format_bytes, host_memory};
 use leanburn::model::{Gpt2, Gpt2Config};
 use leanburn::trainer::{HybridConfig, HybridTrainer, LrSchedule};
 use rand::rngs::SmallRng;
@@ -191,7 +190,7 @@ fn report(args: &Args, rows: &[Measurement]) {
 /// The child: `warmup + steps` full steps of GPT-2 on `B`.
 fn measure<B>(args: &Args, name: &str) -> Result<Measurement, String>
 where
-    B: AutodiffBackend<InnerBackend: MemoryProbe> + MemoryProbe,
+    B: leanburn::select::TrainBackend,
     B::Device: Default,
 {
     let device = B::Device::default();

@@ -35,7 +35,7 @@ use leanburn::data::{
     WindowSampler,
 };
 use leanburn::memory::format_bytes;
-use leanburn::model::{Gpt2, Gpt2Config, Gpt2MemoryEstimate, GPT2_PRESETS};
+use leanburn::model::{Gpt2, Gpt2Attention, Gpt2Config, Gpt2MemoryEstimate, GPT2_PRESETS};
 use leanburn::runner::{CorpusCheck, RunDir, RunOutcome, Validation};
 use leanburn::select::{device_memory, select, BackendArgs, BackendJob, BackendKind, Chosen, Selection, TrainBackend};
 use leanburn::trainer::HybridConfig;
@@ -111,6 +111,10 @@ struct Args {
     /// off elsewhere.
     #[arg(long)]
     loss_chunk: Option<u64>,
+    /// `lean`: leanburn's attention, which keeps no `seq × seq` scores for the backward
+    /// pass; `burn`: Burn's `attention` op, which keeps them in every layer.
+    #[arg(long, value_enum, default_value_t = Gpt2Attention::Lean)]
+    attention: Gpt2Attention,
     /// Round the vocabulary up to a multiple of this (64 speeds up GPUs).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
     pad_vocab: u64,
@@ -284,7 +288,8 @@ impl BackendJob for Plan {
     fn run<B: TrainBackend>(self, device: B::Device) -> Self::Output {
         let args = &self.args;
         B::seed(&device, args.seed);
-        let model: Gpt2<B> = self.config.init::<B>(&device).with_loss_chunk(self.loss_chunk);
+        let model: Gpt2<B> =
+            self.config.init::<B>(&device).with_loss_chunk(self.loss_chunk).with_attention(args.attention);
         let optimizer = AdamWConfig::new()
             .with_weight_decay(0.1)
             .with_grad_clipping(Some(GradientClippingConfig::Norm(1.0)))

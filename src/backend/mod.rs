@@ -25,10 +25,12 @@ use burn_backend::{Backend, BackendTypes, DType, DTypeUsageSet, ExecutionError, 
 
 use crate::memory::{MemoryProbe, MemorySample};
 
+pub mod attention;
 mod budget;
 pub mod conv;
 mod ops;
 
+pub use attention::{lean_attention, AttentionOps};
 pub use budget::{ConvBudget, InvalidBudget};
 pub use conv::{conv2d_plan, ChunkedConv, ConvPlan};
 

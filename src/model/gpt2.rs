@@ -4,15 +4,19 @@
 //! self-attention, then a GELU MLP four times as wide, each around a residual), a final
 //! LayerNorm, and an LM head tied to the token embedding: logits are `h · Wteᵀ`.
 //!
-//! Attention goes through Burn's `attention` op with `is_causal`, so a backend with a fused
-//! kernel uses it (CubeCL's flash attention on the inner backend of predict steps); the
-//! autodiff backend composes it from differentiable ops.
+//! Attention is leanburn's [`lean_attention`] by default: under autodiff it keeps no
+//! `T × T` scores for the backward pass (it recomputes them block by block); without
+//! autodiff it is Burn's `attention` op with `is_causal`, so a backend with a fused kernel
+//! uses it (CubeCL's flash attention on the inner backend of predict steps).
+//! [`Gpt2::with_attention`]`(Gpt2Attention::Burn)` runs Burn's op everywhere, whose
+//! autodiff form keeps the scores and the softmax of every layer.
 //!
 //! The loss is mean next-token cross-entropy. With [`Gpt2::with_loss_chunk`] it walks the
 //! tokens a chunk at a time and never builds the full `tokens × vocab` logits: forward-only
 //! steps free each chunk's logits, and training steps use the fused loss of
 //! [`lm_head_loss`](super::lm_head_loss), which also keeps none for the backward pass.
 
+use crate::backend::{lean_attention, AttentionOps};
 use burn::module::{Initializer, Module};
 use burn::nn::loss::CrossEntropyLossConfig;
 use burn::nn::{
@@ -169,6 +173,7 @@ impl Gpt2Config {
                     projection: linear(d, d, residual_std),
                     heads: self.heads,
                     dropout: dropout(),
+                    lean: true,
                 },
                 mlp_norm: norm(),
                 mlp: Mlp {
@@ -224,6 +229,22 @@ struct CausalSelfAttention<B: Backend> {
     projection: Linear<B>,
     heads: usize,
     dropout: Dropout,
+    /// leanburn's attention (true) or Burn's `attention` op; see [`Gpt2Attention`].
+    lean: bool,
+}
+
+/// Which attention a [`Gpt2`] runs ([`Gpt2::with_attention`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[cfg_attr(feature = "cli", derive(clap::ValueEnum))]
+pub enum Gpt2Attention {
+    /// [`lean_attention`]: under autodiff, a graph node that keeps q, k, v, the output and
+    /// a log-sum-exp per row, and recomputes the `T × T` scores block by block in the
+    /// backward pass; without autodiff, Burn's op.
+    #[default]
+    Lean,
+    /// Burn's `attention` op: under autodiff `attention_fallback`, which keeps the scores
+    /// and the softmax of every layer for the backward pass.
+    Burn,
 }
 
 #[derive(Module, Debug)]
@@ -234,15 +255,19 @@ struct Mlp<B: Backend> {
     dropout: Dropout,
 }
 
-impl<B: Backend> CausalSelfAttention<B> {
+impl<B: AttentionOps> CausalSelfAttention<B> {
     /// `[batch, seq, d]` → `[batch, seq, d]`, each position seeing itself and earlier ones.
     fn forward(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
         let [batch, seq, d] = x.dims();
         let head_dim = d / self.heads;
         let [query, key, value] = self.qkv.forward(x).chunk(3, 2).try_into().expect("three equal chunks of 3·d");
         let heads = |t: Tensor<B, 3>| t.reshape([batch, seq, self.heads, head_dim]).swap_dims(1, 2);
-        let options = AttentionModuleOptions { is_causal: true, ..Default::default() };
-        let context = attention(heads(query), heads(key), heads(value), None, None, options);
+        let context = if self.lean {
+            lean_attention(heads(query), heads(key), heads(value), true)
+        } else {
+            let options = AttentionModuleOptions { is_causal: true, ..Default::default() };
+            attention(heads(query), heads(key), heads(value), None, None, options)
+        };
         let context = context.swap_dims(1, 2).reshape([batch, seq, d]);
         self.dropout.forward(self.projection.forward(context))
     }
@@ -255,14 +280,14 @@ impl<B: Backend> Mlp<B> {
     }
 }
 
-impl<B: Backend> Block<B> {
+impl<B: AttentionOps> Block<B> {
     fn forward(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
         let x = x.clone() + self.attention.forward(self.attention_norm.forward(x));
         x.clone() + self.mlp.forward(self.mlp_norm.forward(x))
     }
 }
 
-impl<B: Backend> Gpt2<B> {
+impl<B: AttentionOps> Gpt2<B> {
     /// Token ids `[batch, seq]` → final hidden states `[batch, seq, d_model]`.
     ///
     /// # Panics
@@ -303,6 +328,22 @@ impl<B: Backend> Gpt2<B> {
     pub fn loss_chunked(&self, inputs: Tensor<B, 2, Int>, targets: Tensor<B, 2, Int>, chunk: usize) -> Tensor<B, 1> {
         let (hidden, targets) = flatten_tokens(self.hidden(inputs), targets);
         chunked_lm_head_loss(hidden, self.token_embedding.weight.val(), targets, chunk)
+    }
+
+    /// Runs `kind` of attention in every layer (default [`Gpt2Attention::Lean`]).
+    pub fn with_attention(mut self, kind: Gpt2Attention) -> Self {
+        for block in &mut self.blocks {
+            block.attention.lean = kind == Gpt2Attention::Lean;
+        }
+        self
+    }
+
+    /// The attention every layer runs.
+    pub fn attention(&self) -> Gpt2Attention {
+        match self.blocks.first().is_none_or(|block| block.attention.lean) {
+            true => Gpt2Attention::Lean,
+            false => Gpt2Attention::Burn,
+        }
     }
 
     /// Computes the loss in chunks of `chunk` tokens in every step (`None`: the whole
@@ -381,7 +422,7 @@ fn flatten_tokens<B: Backend>(hidden: Tensor<B, 3>, targets: Tensor<B, 2, Int>) 
 /// Forward + backward on a token batch, for `HybridTrainer` and Burn's learners.
 /// The mean next-token loss (the fused chunked LM head with `loss_chunk`), for the
 /// trainer's mixed-precision steps; [`TrainStep`] back-propagates the same loss.
-impl<B: AutodiffBackend> ForwardLoss<B> for Gpt2<B> {
+impl<B: AutodiffBackend + AttentionOps> ForwardLoss<B> for Gpt2<B> {
     type Input = TokenBatch<B>;
 
     fn forward_loss(&self, batch: TokenBatch<B>) -> Tensor<B, 1> {
@@ -395,7 +436,7 @@ impl<B: AutodiffBackend> ForwardLoss<B> for Gpt2<B> {
     }
 }
 
-impl<B: AutodiffBackend> TrainStep for Gpt2<B> {
+impl<B: AutodiffBackend + AttentionOps> TrainStep for Gpt2<B> {
     type Input = TokenBatch<B>;
     type Output = LanguageModelOutput<B>;
 
@@ -408,7 +449,7 @@ impl<B: AutodiffBackend> TrainStep for Gpt2<B> {
 }
 
 /// Forward only, on any backend (predict and evaluation steps run it on the inner one).
-impl<B: Backend> InferenceStep for Gpt2<B> {
+impl<B: AttentionOps> InferenceStep for Gpt2<B> {
     type Input = TokenBatch<B>;
     type Output = LanguageModelOutput<B>;
 
@@ -517,5 +558,29 @@ mod tests {
         let tolerance = burn::tensor::Tolerance::absolute(1e-6);
         grad.into_data().assert_approx_eq::<f32>(&chunked_grad.into_data(), tolerance);
         qkv.into_data().assert_approx_eq::<f32>(&chunked_qkv.into_data(), tolerance);
+    }
+
+    #[test]
+    fn leanburns_attention_trains_like_burns() {
+        type Ad = Autodiff<Cpu>;
+        let config = Gpt2Config::new(40, 12, 2, 16, 2);
+        let model = config.init::<Ad>(&Default::default());
+        assert_eq!(model.attention(), Gpt2Attention::Lean, "the default");
+        let batch = || TokenBatch::<Ad> {
+            inputs: Tensor::from_inner(tokens(2, 12, 40, 5)),
+            targets: Tensor::from_inner(tokens(2, 12, 40, 6)),
+        };
+        let run = |model: Gpt2<Ad>| {
+            let output = TrainStep::step(&model, batch());
+            let qkv: Tensor<Cpu, 2> = output.grads.get(model.blocks[1].attention.qkv.weight.id).unwrap();
+            (output.item.loss.into_scalar(), qkv)
+        };
+        let (lean_loss, lean_qkv) = run(model.clone());
+        let burn_model = model.with_attention(Gpt2Attention::Burn);
+        assert_eq!(burn_model.attention(), Gpt2Attention::Burn);
+        let (burn_loss, burn_qkv) = run(burn_model);
+        assert!((lean_loss - burn_loss).abs() < 1e-5, "{lean_loss} vs {burn_loss}");
+        let tolerance = burn::tensor::Tolerance::absolute(1e-5);
+        lean_qkv.into_data().assert_approx_eq::<f32>(&burn_qkv.into_data(), tolerance);
     }
 }

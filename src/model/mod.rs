@@ -8,7 +8,7 @@ mod loss_precision;
 mod small_cnn;
 
 pub use conv_classifier::{ConvBlock, ConvClassifier, ConvClassifierConfig, Evaluation};
-pub use gpt2::{Gpt2, Gpt2Config, Gpt2ConfigError, LanguageModelOutput, GPT2_PRESETS, GPT2_VOCAB};
+pub use gpt2::{Gpt2, Gpt2Attention, Gpt2Config, Gpt2ConfigError, LanguageModelOutput, GPT2_PRESETS, GPT2_VOCAB};
 pub use gpt2_memory::Gpt2MemoryEstimate;
 pub use lm_head_loss::{chunked_lm_head_loss, fused_lm_head_loss};
 pub use loss_precision::logits_in_f32;

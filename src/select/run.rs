@@ -6,17 +6,18 @@ use burn::backend::{Autodiff, Flex, Wgpu};
 use burn::tensor::backend::AutodiffBackend;
 
 use super::{Chosen, Selection};
-use crate::backend::Lean;
+use crate::backend::{AttentionOps, Lean};
 use crate::memory::MemoryProbe;
 
 /// A backend leanburn can train on: autodiff, with memory telemetry on both the autodiff
-/// backend and its inner backend (where predict and evaluation forwards run).
-pub trait TrainBackend: AutodiffBackend<InnerBackend: MemoryProbe> + MemoryProbe {}
+/// backend and its inner backend (where predict and evaluation forwards run), and
+/// leanburn's attention on both.
+pub trait TrainBackend: AutodiffBackend<InnerBackend: MemoryProbe + AttentionOps> + MemoryProbe + AttentionOps {}
 
 impl<B> TrainBackend for B
 where
-    B: AutodiffBackend + MemoryProbe,
-    B::InnerBackend: MemoryProbe,
+    B: AutodiffBackend + MemoryProbe + AttentionOps,
+    B::InnerBackend: MemoryProbe + AttentionOps,
 {
 }
 

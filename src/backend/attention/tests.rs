@@ -1,0 +1,156 @@
+//! Leanburn's attention against Burn's (`attention_fallback` under autodiff), over random
+//! shapes: the output and the three gradients, causal and not.
+//!
+//! Tolerance: |ours − Burn's| ≤ 1e-4 + 1e-4·|Burn's| per element (f32; the two sum the
+//! same products in different orders, and ours divides by the softmax sum after the
+//! matmul).
+
+use burn::backend::{Autodiff, Flex, NdArray};
+use burn::tensor::backend::Backend;
+use burn::tensor::module::attention;
+use burn::tensor::ops::AttentionModuleOptions;
+use burn::tensor::{Distribution, Tensor};
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+
+use super::{blocked, lean_attention, AttentionOps};
+
+#[derive(Debug, Clone, Copy)]
+struct Case {
+    batch: usize,
+    heads: usize,
+    queries: usize,
+    keys: usize,
+    head_dim: usize,
+    causal: bool,
+    block: usize,
+}
+
+fn cases(seed: u64, count: usize) -> Vec<Case> {
+    let mut rng = SmallRng::seed_from_u64(seed);
+    (0..count)
+        .map(|_| {
+            let queries = rng.random_range(1..=24);
+            let causal = rng.random_bool(0.5);
+            let keys = if rng.random_bool(0.5) { queries } else { queries + rng.random_range(1..=8) };
+            Case {
+                batch: rng.random_range(1..=2),
+                heads: rng.random_range(1..=3),
+                queries,
+                keys,
+                head_dim: [4, 8, 16][rng.random_range(0..3)],
+                causal,
+                block: rng.random_range(1..=queries),
+            }
+        })
+        .collect()
+}
+
+/// Random q, k, v and an output weighting `w` (the loss is `sum(out ∘ w)`).
+fn inputs<B: Backend>(case: Case, device: &B::Device) -> [Tensor<B, 4>; 4] {
+    let Case { batch, heads, queries, keys, head_dim, .. } = case;
+    let normal = Distribution::Normal(0.0, 1.0);
+    [
+        Tensor::random([batch, heads, queries, head_dim], normal, device),
+        Tensor::random([batch, heads, keys, head_dim], normal, device),
+        Tensor::random([batch, heads, keys, head_dim], normal, device),
+        Tensor::random([batch, heads, queries, head_dim], normal, device),
+    ]
+}
+
+/// The output and the gradients of q, k, v, by Burn's attention (`reference`) or by
+/// `lean_attention`, under `Autodiff<B>`.
+fn run<B: AttentionOps>(case: Case, input: &[Tensor<B, 4>; 4], reference: bool) -> [Tensor<B, 4>; 4]
+where
+    Autodiff<B>: AttentionOps,
+{
+    let track = |t: &Tensor<B, 4>| Tensor::<Autodiff<B>, 4>::from_inner(t.clone()).require_grad();
+    let (query, key, value) = (track(&input[0]), track(&input[1]), track(&input[2]));
+    let weight = Tensor::<Autodiff<B>, 4>::from_inner(input[3].clone());
+    let output = if reference {
+        let options = AttentionModuleOptions { scale: None, softcap: None, is_causal: case.causal };
+        attention(query.clone(), key.clone(), value.clone(), None, None, options)
+    } else {
+        lean_attention(query.clone(), key.clone(), value.clone(), case.causal)
+    };
+    let grads = (output.clone() * weight).sum().backward();
+    let grad = |t: &Tensor<Autodiff<B>, 4>| t.grad(&grads).expect("a gradient");
+    [output.inner(), grad(&query), grad(&key), grad(&value)]
+}
+
+/// The largest excess over the tolerance (≤ 0 when every element is within it).
+fn excess<B: Backend>(ours: &Tensor<B, 4>, reference: &Tensor<B, 4>) -> f32 {
+    let ours = ours.to_data().to_vec::<f32>().unwrap();
+    let reference = reference.to_data().to_vec::<f32>().unwrap();
+    assert_eq!(ours.len(), reference.len());
+    ours.iter().zip(&reference).map(|(a, b)| (a - b).abs() - (1e-4 + 1e-4 * b.abs())).fold(f32::MIN, f32::max)
+}
+
+const NAMES: [&str; 4] = ["output", "grad query", "grad key", "grad value"];
+
+fn assert_matches_burn<B: AttentionOps>(seed: u64)
+where
+    Autodiff<B>: AttentionOps,
+{
+    let device = Default::default();
+    for case in cases(seed, 16) {
+        let input = inputs::<B>(case, &device);
+        let reference = run(case, &input, true);
+        let ours = run(case, &input, false);
+        for (name, (a, b)) in NAMES.iter().zip(ours.iter().zip(&reference)) {
+            assert!(excess(a, b) <= 0.0, "{name} of {case:?} off by {} over the tolerance", excess(a, b));
+        }
+    }
+}
+
+#[test]
+fn lean_attention_matches_burns_output_and_gradients_on_flex() {
+    assert_matches_burn::<Flex>(1);
+}
+
+#[test]
+fn lean_attention_matches_burns_output_and_gradients_on_ndarray() {
+    assert_matches_burn::<NdArray>(2);
+}
+
+#[test]
+fn every_block_size_gives_the_same_output_and_gradients() {
+    let device = Default::default();
+    for case in cases(3, 16) {
+        let input = inputs::<Flex>(case, &device);
+        let reference = run(case, &input, true);
+        let [query, key, value, weight] = input;
+        // The blocked functions directly, with the case's block size (the op picks blocks
+        // from the workspace, one block at these sizes).
+        let (output, lse) = blocked::forward(query.clone(), key.clone(), value.clone(), case.causal, case.block);
+        let (grad_query, grad_key, grad_value) =
+            blocked::backward(query, key, value, output.clone(), lse, weight, case.causal, case.block);
+        for (name, (a, b)) in NAMES.iter().zip([output, grad_query, grad_key, grad_value].iter().zip(&reference)) {
+            assert!(excess(a, b) <= 0.0, "{name} of {case:?} off by {}", excess(a, b));
+        }
+    }
+}
+
+#[test]
+fn control_the_comparison_sees_a_wrong_mask() {
+    // The same comparison with the causal flag flipped on our side fails: the tolerance
+    // is tight enough to tell the two attentions apart.
+    let device = Default::default();
+    let case = Case { batch: 1, heads: 2, queries: 12, keys: 12, head_dim: 8, causal: true, block: 5 };
+    let input = inputs::<Flex>(case, &device);
+    let reference = run(case, &input, true);
+    let wrong = run(Case { causal: false, ..case }, &input, false);
+    for (name, (a, b)) in NAMES.iter().zip(wrong.iter().zip(&reference)) {
+        assert!(excess(a, b) > 1e-2, "{name}: a wrong mask went unnoticed");
+    }
+}
+
+#[test]
+fn without_autodiff_it_is_burns_attention() {
+    let device = Default::default();
+    let case = Case { batch: 2, heads: 2, queries: 9, keys: 9, head_dim: 8, causal: true, block: 9 };
+    let [query, key, value, _] = inputs::<Flex>(case, &device);
+    let options = AttentionModuleOptions { scale: None, softcap: None, is_causal: true };
+    let burns = attention(query.clone(), key.clone(), value.clone(), None, None, options);
+    assert!(excess(&lean_attention(query, key, value, true), &burns) <= 0.0);
+}
