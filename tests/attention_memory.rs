@@ -1,5 +1,5 @@
-//! leanburn's attention keeps no `T × T` scores through a training step, measured on a real
-//! CubeCL pool (wgpu; llvmpipe in CI).
+//! leanburn's attention on a real CubeCL runtime (wgpu; llvmpipe in CI): the same output
+//! and gradients as Burn's, and no `T × T` scores kept through a training step.
 //!
 //! What is measured: how far the pool's `bytes_reserved` rises over one forward and
 //! backward of causal attention on tracked q, k, v, after a trim (the pool keeps pages, so
@@ -77,4 +77,44 @@ fn lean_attention_never_reserves_the_scores() {
     assert!(burn >= 2 * scores_bytes(), "control: Burn's attention must reserve the scores twice or more: {burn} B");
     assert!(lean < scores_bytes(), "leanburn's step must stay below one score tensor: {lean} B");
     assert!(lean + scores_bytes() <= burn, "leanburn must save at least one score tensor: {lean} B vs {burn} B");
+}
+
+/// The output and the three gradients of `sum(out ∘ w)` under one attention or the other.
+fn outputs_and_gradients(device: &WgpuDevice, shape: [usize; 4], causal: bool, lean: bool) -> Vec<Vec<f32>> {
+    let normal = Distribution::Normal(0.0, 1.0);
+    <B as Backend>::seed(device, 11);
+    let input = || Tensor::<B, 4>::random(shape, normal, device).require_grad();
+    let (query, key, value) = (input(), input(), input());
+    let weight = Tensor::<B, 4>::random(shape, normal, device);
+    let output = if lean {
+        lean_attention(query.clone(), key.clone(), value.clone(), causal)
+    } else {
+        let options = AttentionModuleOptions { scale: None, softcap: None, is_causal: causal };
+        attention(query.clone(), key.clone(), value.clone(), None, None, options)
+    };
+    let grads = (output.clone() * weight).sum().backward();
+    let data = |t: Tensor<burn::backend::wgpu::CubeBackend<WgpuRuntime, f32, i32, u32>, 4>| {
+        t.into_data().to_vec::<f32>().expect("f32")
+    };
+    vec![
+        data(output.inner()),
+        data(query.grad(&grads).expect("grad")),
+        data(key.grad(&grads).expect("grad")),
+        data(value.grad(&grads).expect("grad")),
+    ]
+}
+
+#[test]
+fn lean_attention_matches_burns_on_the_cubecl_runtime() {
+    // Tolerance as in the unit tests: |ours − Burn's| ≤ 1e-4 + 1e-4·|Burn's|.
+    let _device_lock = common::exclusive_device();
+    let device = common::wgpu_device();
+    for (shape, causal) in [([2, 3, 17, 8], true), ([1, 2, 33, 16], false)] {
+        let ours = outputs_and_gradients(&device, shape, causal, true);
+        let burns = outputs_and_gradients(&device, shape, causal, false);
+        for (name, (a, b)) in ["output", "grad query", "grad key", "grad value"].iter().zip(ours.iter().zip(&burns)) {
+            let worst = a.iter().zip(b).map(|(x, y)| (x - y).abs() - (1e-4 + 1e-4 * y.abs())).fold(f32::MIN, f32::max);
+            assert!(worst <= 0.0, "{name} of {shape:?} (causal {causal}) off by {worst} over the tolerance");
+        }
+    }
 }
