@@ -109,7 +109,9 @@ fn lean_attention_matches_burns_on_the_cubecl_runtime() {
     // Tolerance as in the unit tests: |ours − Burn's| ≤ 1e-4 + 1e-4·|Burn's|.
     let _device_lock = common::exclusive_device();
     let device = common::wgpu_device();
-    for (shape, causal) in [([2, 3, 17, 8], true), ([1, 2, 33, 16], false)] {
+    // One shape: kernels compile per shape on llvmpipe (minutes cold); the random shapes,
+    // causal and not, run in the unit tests.
+    for (shape, causal) in [([2, 3, 17, 8], true)] {
         let ours = outputs_and_gradients(&device, shape, causal, true);
         let burns = outputs_and_gradients(&device, shape, causal, false);
         for (name, (a, b)) in ["output", "grad query", "grad key", "grad value"].iter().zip(ours.iter().zip(&burns)) {
