@@ -367,6 +367,8 @@ where
             // checkpoint could get here. Fall back to full steps.
             self.state.schedule.rollback(&self.state.config);
         }
+        // An output is the step's own: a failed or predicted step leaves none behind.
+        self.output = None;
         let phase = self.state.schedule.current();
         let span = tracing::info_span!(
             "step",

@@ -526,3 +526,19 @@ fn rejects_an_invalid_configuration() {
     );
     assert!(matches!(result, Err(TrainerError::Config(ConfigError::LearningRate { .. }))));
 }
+
+#[test]
+fn a_kept_train_output_belongs_to_its_own_step() {
+    let mut trainer = sgd_trainer(config()).with_train_outputs();
+    trainer.step(batch(0)).expect("step");
+    assert!(trainer.take_train_output().is_some(), "a full step keeps its output");
+    assert!(trainer.take_train_output().is_none(), "taken once");
+    // A full step's output left untaken, then a step that fails: nothing stale remains.
+    trainer.step(batch(1)).expect("step");
+    assert!(trainer.step(poisoned_batch()).is_err());
+    assert!(trainer.take_train_output().is_none(), "the failed step has no output, and the earlier one is gone");
+    // Control: without `with_train_outputs` nothing is kept.
+    let mut plain = sgd_trainer(config());
+    plain.step(batch(0)).expect("step");
+    assert!(plain.take_train_output().is_none());
+}
