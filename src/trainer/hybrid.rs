@@ -383,9 +383,11 @@ where
         let micro_batches = micro_batches.inspect(|batch| items += batch.items());
         let started = Instant::now();
         let outcome = match phase {
-            Phase::Predict => self.predict_step(micro_batches)?,
-            _ => self.full_step(phase, micro_batches)?,
+            Phase::Predict => self.predict_step(micro_batches),
+            _ => self.full_step(phase, micro_batches),
         };
+        // A step that failed changed nothing, and leaves no output either.
+        let outcome = outcome.inspect_err(|_| self.output = None)?;
         // A rejected block's step trained as a full step: its record says so.
         let phase = if outcome.ran_full { Phase::Full } else { phase };
         // A step that left its loss on the device does not wait for the device either:
