@@ -25,7 +25,7 @@ use burn::record::CompactRecorder;
 use burn::train::metric::{AccuracyMetric, LossMetric};
 use burn::train::{Learner, SupervisedTraining, TrainingStrategy};
 use clap::Parser;
-use common::{bad_input, exit_on_failure, Failure, Mode};
+use common::{bad_input, exit_on_failure, init_kernel_cache, Failure, Mode};
 use leanburn::data::{shapes_dataset, ImageBatch, ShapeBatcher, SHAPE_CLASSES};
 use leanburn::model::{ConvClassifier, ConvClassifierConfig};
 use leanburn::select::{select, BackendArgs, BackendJob, TrainBackend};
@@ -84,6 +84,7 @@ fn run(args: Args) -> Result<(), Failure> {
     if (args.resolution as usize) < config.min_resolution() {
         return Err(bad_input(format!("--resolution must be at least {}", config.min_resolution())));
     }
+    init_kernel_cache(&args.backend)?;
     let selection = select(&args.backend).map_err(|e| Failure { code: e.exit_code(), message: e.to_string() })?;
     eprintln!("{selection}");
     println!("{}", selection.run(Job { args, config })?);

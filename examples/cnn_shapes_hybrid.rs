@@ -25,8 +25,8 @@ use burn::module::{AutodiffModule, Module};
 use burn::optim::AdamConfig;
 use clap::{ArgMatches, CommandFactory, Parser};
 use common::{
-    bad_input, config, exit_on_failure, open_run, plot_runs, run_settings, start_trainer, summary, train,
-    ExecutionArgs, Failure, Mode, Start,
+    bad_input, config, exit_on_failure, init_kernel_cache, open_run, plot_runs, run_settings, start_trainer, summary,
+    train, ExecutionArgs, Failure, Mode, Start,
 };
 use leanburn::backend::ConvBudget;
 use leanburn::data::{shapes_validation, ImageBatch, ShapeSampler, SHAPE_CLASSES};
@@ -132,6 +132,7 @@ fn run(args: Args, matches: &ArgMatches) -> Result<(), Failure> {
     if let Some(mib) = args.conv_workspace_mib {
         ConvBudget::set_global(ConvBudget::from_mib(mib as usize));
     }
+    init_kernel_cache(&args.backend)?;
     let selection = select(&args.backend).map_err(|e| Failure { code: e.exit_code(), message: e.to_string() })?;
     eprintln!("{selection}");
     args.execution.check_precision(&selection)?;

@@ -23,12 +23,14 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use burn::module::AutodiffModule;
+use burn::optim::adaptor::OptimizerAdaptor;
 use burn::optim::grad_clipping::GradientClippingConfig;
-use burn::optim::AdamWConfig;
+use burn::optim::{AdamW, AdamWConfig};
+use clap::parser::ValueSource;
 use clap::{ArgMatches, CommandFactory, Parser};
 use common::{
-    bad_input, broke, config, exit_on_failure, open_run, plot_runs, run_settings, start_trainer, summary, train,
-    ExecutionArgs, Failure, Mode, Start,
+    bad_input, broke, config, exit_on_failure, init_kernel_cache, open_run, plot_runs, run_settings, start_trainer,
+    summary, train, ExecutionArgs, Failure, Mode, Start,
 };
 use leanburn::data::{
     evaluation_windows, Corpus, CorpusFingerprint, CorpusSource, Gpt2Tokenizer, HostBatch, Split, TokenDataset,
@@ -38,7 +40,7 @@ use leanburn::memory::format_bytes;
 use leanburn::model::{Gpt2, Gpt2Attention, Gpt2Config, Gpt2MemoryEstimate, GPT2_PRESETS};
 use leanburn::runner::{CorpusCheck, RunDir, RunOutcome, Validation};
 use leanburn::select::{device_memory, select, BackendArgs, BackendJob, BackendKind, Chosen, Selection, TrainBackend};
-use leanburn::trainer::HybridConfig;
+use leanburn::trainer::{HybridConfig, HybridTrainer, LrSchedule, Precision, PrecisionConfig};
 
 #[derive(Parser, Debug, Clone)]
 #[command(about = "Train GPT-2 with leanburn's HybridTrainer on real text")]
@@ -106,21 +108,28 @@ struct Args {
     #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..))]
     checkpoint_every: u64,
     /// Compute the loss this many tokens at a time, never building the full
-    /// `tokens × vocab` logits (see `docs/trainer.md`); 0 builds them. Default: 128 on
-    /// the CPU backend (faster there, and a fraction of the memory: docs/benchmarks.md),
-    /// off elsewhere.
+    /// `tokens × vocab` logits (see `docs/gpt2.md`); 0 builds them. Default: 128 tokens on
+    /// the CPU backend (faster there too: docs/benchmarks.md), 256 elsewhere, wherever the
+    /// memory estimate is smaller with the chunk than without; otherwise off.
     #[arg(long)]
     loss_chunk: Option<u64>,
     /// `lean`: leanburn's attention, which keeps no `seq × seq` scores for the backward
     /// pass; `burn`: Burn's `attention` op, which keeps them in every layer.
     #[arg(long, value_enum, default_value_t = Gpt2Attention::Lean)]
     attention: Gpt2Attention,
-    /// Round the vocabulary up to a multiple of this (64 speeds up GPUs).
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
-    pad_vocab: u64,
+    /// Round the vocabulary up to a multiple of this: default 64 on GPUs (50,304 rows,
+    /// which their matmuls prefer), 1 on the CPU backend and software adapters.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    pad_vocab: Option<u64>,
     /// Start even if the memory estimate exceeds the device's memory.
     #[arg(long)]
     ignore_memory_estimate: bool,
+    /// Compile and autotune the kernels of one training step and one evaluation step at
+    /// these shapes, in every precision the backend computes in (only `--precision`'s
+    /// when given), into the kernel cache (`--kernel-cache`), then exit: a later run at
+    /// these shapes starts warm (docs/gpt2.md).
+    #[arg(long, conflicts_with_all = ["resume", "overwrite"])]
+    warm_cache: bool,
     #[arg(long, default_value_t = 42)]
     seed: u64,
 }
@@ -135,6 +144,15 @@ fn main() {
 /// at gpt2-mini 8 × 64 the fused chunked loss ran faster than the full logits with under
 /// half the resident memory (docs/benchmarks.md, "The main job on the CPU").
 const CPU_LOSS_CHUNK: usize = 128;
+
+/// Tokens per loss chunk elsewhere: one chunk's logits are 49 MiB at GPT-2's padded
+/// vocabulary, which llvmpipe's pool can allocate (the 196 MiB buffer of gpt2-mini's full
+/// logits at 8 × 64 it cannot: the main job on llvmpipe failed so), and at gpt2-small
+/// 8 × 1024 the loss keeps 0.3 GiB instead of 4.6 GiB (estimated).
+const GPU_LOSS_CHUNK: usize = 256;
+
+/// The vocabulary is padded to a multiple of this on GPUs (as nanoGPT does: 50,304).
+const GPU_PAD_VOCAB: usize = 64;
 
 /// Everything a run needs, settled before any device work.
 struct Plan {
@@ -152,6 +170,7 @@ struct Plan {
 }
 
 fn run(args: Args, matches: &ArgMatches) -> Result<(), Failure> {
+    init_kernel_cache(&args.backend)?;
     let selection = select(&args.backend).map_err(|e| Failure { code: e.exit_code(), message: e.to_string() })?;
     eprintln!("{selection}");
     let gpu = match &selection.chosen {
@@ -162,8 +181,8 @@ fn run(args: Args, matches: &ArgMatches) -> Result<(), Failure> {
     };
 
     let preset = args.preset.clone().unwrap_or_else(|| if gpu { "gpt2-small" } else { "gpt2-mini" }.into());
-    let config =
-        Gpt2Config::preset(&preset).map_err(|e| bad_input(e.to_string()))?.with_pad_vocab_to(args.pad_vocab as usize);
+    let pad_vocab = args.pad_vocab.map_or(if gpu { GPU_PAD_VOCAB } else { 1 }, |p| p as usize);
+    let config = Gpt2Config::preset(&preset).map_err(|e| bad_input(e.to_string()))?.with_pad_vocab_to(pad_vocab);
     let batch = args.batch as usize;
     let seq = args.seq.map_or(if gpu { config.context } else { 64.min(config.context) }, |s| s as usize);
     if seq > config.context {
@@ -177,11 +196,25 @@ fn run(args: Args, matches: &ArgMatches) -> Result<(), Failure> {
     let loss_chunk = match args.loss_chunk {
         Some(0) => None,
         Some(chunk) => Some(chunk as usize),
-        None if selection.kind() == BackendKind::Cpu => Some(CPU_LOSS_CHUNK),
-        None => None,
+        None => {
+            let chunk = if selection.kind() == BackendKind::Cpu { CPU_LOSS_CHUNK } else { GPU_LOSS_CHUNK };
+            Gpt2MemoryEstimate::loss_chunk_that_saves(&config, batch, seq, 4, chunk)
+        }
     };
 
     check_memory(&args, &selection, &config, &preset, batch, seq, loss_chunk)?;
+    if args.warm_cache {
+        // Every precision the backend computes in, or the one asked for.
+        let asked = matches.value_source("precision").is_some_and(|source| source != ValueSource::DefaultValue);
+        let precisions = if asked {
+            args.execution.check_precision(&selection)?;
+            vec![args.execution.precision]
+        } else {
+            vec![Precision::F32, Precision::Bf16, Precision::F16]
+        };
+        let checkpointing = args.execution.checkpointing;
+        return selection.run_with(WarmCache { args, config, batch, seq, loss_chunk, precisions }, checkpointing);
+    }
     args.execution.check_precision(&selection)?;
     let dir = open_run(&args.out, args.mode, args.resume, args.overwrite)?;
     // What was decided at run time is recorded as decided, so the file repeats this run.
@@ -193,6 +226,7 @@ fn run(args: Args, matches: &ArgMatches) -> Result<(), Failure> {
         ("steps", steps.to_string()),
         ("lr", lr.to_string()),
         ("loss-chunk", loss_chunk.unwrap_or(0).to_string()),
+        ("pad-vocab", pad_vocab.to_string()),
     ];
     resolved.extend(decided.map(|(name, value)| (name.to_string(), value.into())));
     config::save(resolved, &dir.options_path())?;
@@ -255,13 +289,13 @@ fn check_memory(
     seq: usize,
     loss_chunk: Option<usize>,
 ) -> Result<(), Failure> {
-    let estimate = Gpt2MemoryEstimate::new(config, batch, seq, 4, loss_chunk);
+    let estimate = Gpt2MemoryEstimate::new(config, batch, seq, 4, loss_chunk, args.attention);
     eprintln!(
         "{preset}: {} parameters; batch {batch} × {seq} tokens; estimated peak {estimate}",
         config.parameter_count()
     );
     if loss_chunk.is_none() {
-        let chunked = Gpt2MemoryEstimate::new(config, batch, seq, 4, Some(seq));
+        let chunked = Gpt2MemoryEstimate::new(config, batch, seq, 4, Some(seq), args.attention);
         if chunked.total() < estimate.total() {
             eprintln!("  (with --loss-chunk {seq}: {})", format_bytes(chunked.total() as f64));
         }
@@ -282,6 +316,56 @@ fn check_memory(
     }
 }
 
+/// AdamW with weight decay 0.1 and the gradient norm clipped at 1.
+fn optimizer<B: TrainBackend>() -> OptimizerAdaptor<AdamW, Gpt2<B>, B> {
+    AdamWConfig::new().with_weight_decay(0.1).with_grad_clipping(Some(GradientClippingConfig::Norm(1.0))).init()
+}
+
+/// The `--warm-cache` job: one training step and one evaluation step per precision, on
+/// token windows of the run's shape (the values do not matter to the kernels).
+struct WarmCache {
+    args: Args,
+    config: Gpt2Config,
+    batch: usize,
+    seq: usize,
+    loss_chunk: Option<usize>,
+    /// The precisions to warm, where the backend computes in them.
+    precisions: Vec<Precision>,
+}
+
+impl BackendJob for WarmCache {
+    type Output = Result<(), Failure>;
+
+    fn run<B: TrainBackend>(self, device: B::Device) -> Self::Output {
+        let tokens: Vec<u32> =
+            (0..(self.batch + 1) * (self.seq + 1)).map(|i| (i * 7_919 % self.config.vocab_size) as u32).collect();
+        let mut sampler =
+            WindowSampler::new(self.batch, self.seq, self.args.seed).map_err(|e| bad_input(e.to_string()))?;
+        let train = sampler.sample(&tokens, Split::Train).map_err(|e| broke(e.to_string()))?;
+        // Predicted steps run the training batch forward; validation runs its own batch size.
+        let evaluation = [train.clone(), evaluation_windows(&tokens, self.batch.min(8), self.seq, 1).remove(0)];
+        for &precision in self.precisions.iter().filter(|p| B::supports_dtype(&device, p.dtype().into())) {
+            let started = Instant::now();
+            let model: Gpt2<B> =
+                self.config.init::<B>(&device).with_loss_chunk(self.loss_chunk).with_attention(self.args.attention);
+            let lr = LrSchedule::Constant { lr: 1e-4 };
+            let mut trainer = HybridTrainer::new(model, optimizer(), HybridConfig::all_full(), lr, device.clone())
+                .and_then(|t| t.with_execution(self.args.execution.config()))
+                .and_then(|t| t.with_precision(PrecisionConfig::new(precision)))
+                .map_err(|e| broke(e.to_string()))?;
+            trainer.step(train.to_device::<B>(&device)).map_err(|e| broke(e.to_string()))?;
+            let trained = started.elapsed().as_secs_f64();
+            trainer.model().valid().evaluate(&evaluation, &device);
+            eprintln!(
+                "warmed {}: a training step in {trained:.1} s, evaluation in {:.1} s",
+                precision.name(),
+                started.elapsed().as_secs_f64() - trained
+            );
+        }
+        Ok(())
+    }
+}
+
 impl BackendJob for Plan {
     type Output = Result<(String, RunOutcome), Failure>;
 
@@ -290,10 +374,6 @@ impl BackendJob for Plan {
         B::seed(&device, args.seed);
         let model: Gpt2<B> =
             self.config.init::<B>(&device).with_loss_chunk(self.loss_chunk).with_attention(args.attention);
-        let optimizer = AdamWConfig::new()
-            .with_weight_decay(0.1)
-            .with_grad_clipping(Some(GradientClippingConfig::Norm(1.0)))
-            .init();
         let start = Start {
             mode: args.mode,
             warmup: args.warmup as usize,
@@ -303,7 +383,7 @@ impl BackendJob for Plan {
             execution: args.execution.config(),
             precision: args.execution.precision(),
         };
-        let mut trainer = start_trainer(model, optimizer, &start, &self.dir, device.clone())?;
+        let mut trainer = start_trainer(model, optimizer(), &start, &self.dir, device.clone())?;
         let header = |first: usize| {
             format!(
                 "training {} on {} for steps {}..{} ({} mode), peak lr {}{}{}{}",

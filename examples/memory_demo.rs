@@ -18,7 +18,7 @@ use burn::tensor::Distribution;
 use clap::Parser;
 use leanburn::memory::{trim, MemoryMonitor, MemoryProbe};
 use leanburn::model::SmallCnnConfig;
-use leanburn::select::{select, BackendArgs, BackendJob, TrainBackend};
+use leanburn::select::{init_kernel_cache, select, BackendArgs, BackendJob, KernelCache, TrainBackend};
 
 #[derive(Parser, Debug)]
 #[command(about = "Backend selection and per-phase memory telemetry on a small CNN")]
@@ -47,6 +47,15 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .init();
     let args = Args::parse();
+    let cache = args.backend.kernel_cache.clone().unwrap_or(KernelCache::Default);
+    // SAFETY: before selecting the backend, the first thing that starts threads.
+    match unsafe { init_kernel_cache(&cache) } {
+        Ok(setup) => println!("leanburn: {setup}"),
+        Err(err) => {
+            eprintln!("error: --kernel-cache: {err}");
+            return ExitCode::from(2);
+        }
+    }
     let selection = match select(&args.backend) {
         Ok(selection) => selection,
         Err(err) => {

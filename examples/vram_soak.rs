@@ -20,7 +20,7 @@ use burn::module::Module;
 use burn::optim::{AdamConfig, Optimizer};
 use burn::tensor::backend::AutodiffBackend;
 use clap::{Parser, ValueEnum};
-use common::{bad_input, exit_on_failure, Failure, Progress};
+use common::{bad_input, exit_on_failure, init_kernel_cache, Failure, Progress};
 use leanburn::data::{ShapeSampler, Split, WindowSampler, SHAPE_CLASSES};
 use leanburn::memory::{format_bytes, MemoryProbe};
 use leanburn::model::{ConvClassifierConfig, Gpt2Config, GPT2_PRESETS};
@@ -78,6 +78,7 @@ fn run(args: Args) -> Result<(), Failure> {
     if args.settle >= args.steps {
         return Err(bad_input(format!("--settle {} leaves no steps of --steps {} to judge", args.settle, args.steps)));
     }
+    init_kernel_cache(&args.backend)?;
     let selection = select(&args.backend).map_err(|e| Failure { code: e.exit_code(), message: e.to_string() })?;
     eprintln!("{selection}");
     let gpu = match &selection.chosen {

@@ -253,8 +253,12 @@ fn a_config_file_fills_in_under_the_flags_and_the_saved_one_repeats_the_run() {
     {
         assert_eq!(saved[name], value, "{name} in {saved}");
     }
-    assert_eq!(saved["loss-chunk"], "128", "the CPU default, as decided: {saved}");
-    assert!(saved.get("resume").is_none() && saved.get("config").is_none(), "{saved}");
+    // 48 tokens a step: a chunk of the CPU's 128 would save nothing, so the full logits.
+    assert_eq!(saved["loss-chunk"], "0", "the CPU default, as decided: {saved}");
+    assert_eq!(saved["pad-vocab"], "1", "the CPU default, as decided: {saved}");
+    for per_invocation in ["resume", "config", "kernel-cache", "warm-cache"] {
+        assert!(saved.get(per_invocation).is_none(), "{per_invocation} in {saved}");
+    }
 
     // The saved file repeats the run (another --out on the command line).
     let again_out = out.join("again");
@@ -336,4 +340,54 @@ fn an_unwritable_out_is_an_error() {
         .output()
         .unwrap();
     assert_fails(&output, 2, "not a writable directory");
+}
+
+/// The files of CubeCL's autotune results under a kernel cache, with their contents.
+fn autotune_files(cache: &Path) -> Vec<(PathBuf, String)> {
+    fn walk(dir: &Path, found: &mut Vec<(PathBuf, String)>) {
+        for entry in fs::read_dir(dir).into_iter().flatten().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                walk(&path, found);
+            } else {
+                found.push((path.clone(), fs::read_to_string(&path).unwrap_or_default()));
+            }
+        }
+    }
+    let mut found = Vec::new();
+    walk(&cache.join("cubecl").join("autotune"), &mut found);
+    found.sort();
+    found
+}
+
+#[test]
+fn warm_cache_tunes_what_a_run_at_its_shapes_needs() {
+    let dir = scratch("warm-cache");
+    let cache = dir.join("cache");
+    let warm = |backend: &str, cache: &Path| {
+        let mut command = example();
+        command.args(["--backend", backend, "--allow-software", "--preset", "gpt2-tiny"]);
+        command.args(["--batch", "2", "--seq", "16", "--precision", "f32", "--warm-cache", "--kernel-cache"]);
+        command.arg(cache).arg("--out").arg(dir.join("never-written")).output().unwrap()
+    };
+    // The control: the CPU backend runs no CubeCL kernel, so nothing is tuned.
+    let cpu_cache = dir.join("cpu-cache");
+    let cpu = warm("cpu", &cpu_cache);
+    assert!(cpu.status.success(), "{}", text(&cpu));
+    assert!(autotune_files(&cpu_cache).is_empty(), "{}", text(&cpu));
+
+    let warmed = warm("wgpu", &cache);
+    assert!(warmed.status.success(), "{}", text(&warmed));
+    assert!(String::from_utf8_lossy(&warmed.stderr).contains("warmed f32: a training step in"), "{}", text(&warmed));
+    assert!(!dir.join("never-written").exists(), "--warm-cache writes no run");
+    let tuned = autotune_files(&cache);
+    assert!(!tuned.is_empty(), "no autotune results under {}:\n{}", cache.display(), text(&warmed));
+    assert!(cache.join("mesa").is_dir() || std::env::var_os("MESA_SHADER_CACHE_DIR").is_some(), "{}", text(&warmed));
+
+    // A run at the warmed shapes finds every tuning it needs: the results are unchanged.
+    let kernel_cache = cache.to_str().unwrap();
+    let run = tiny_run(&dir.join("run"), &["--steps", "2", "--kernel-cache", kernel_cache]);
+    assert!(run.status.success(), "{}", text(&run));
+    assert!(String::from_utf8_lossy(&run.stderr).contains("first step of this process done"), "{}", text(&run));
+    assert_eq!(autotune_files(&cache), tuned, "the run tuned something the warm-up did not");
 }

@@ -7,13 +7,15 @@
 pub mod config;
 
 use std::path::Path;
+use std::sync::OnceLock;
+use std::time::Instant;
 
 use burn::optim::Optimizer;
 use clap::ValueEnum;
 use indicatif::{ProgressBar, ProgressStyle};
 use leanburn::memory::{format_bytes, MemoryProbe};
 use leanburn::runner::{RunDir, RunError, RunEvent, RunOutcome, RunSettings, Runner, StartMode, Validation};
-use leanburn::select::{BackendJob, Checkpointing, Selection, TrainBackend};
+use leanburn::select::{BackendArgs, BackendJob, Checkpointing, KernelCache, Selection, TrainBackend};
 use leanburn::trainer::{
     ExecutionConfig, ForwardLoss, HybridBatch, HybridConfig, HybridModel, HybridTrainer, LrSchedule, Precision,
     PrecisionConfig, StepReport, TrainerError, TrimPolicy,
@@ -148,6 +150,24 @@ pub fn exit_on_failure(result: Result<(), Failure>) {
     }
 }
 
+/// When the process started, as far as the examples can tell: when
+/// [`init_kernel_cache`] ran, first thing after the flags were read.
+static STARTED: OnceLock<Instant> = OnceLock::new();
+
+/// Keeps compiled kernels and autotune results where `backend.kernel_cache` says (by
+/// default the user's cache directory; see `leanburn::select::init_kernel_cache`) and
+/// says where. Call it before anything starts a thread: before selecting the backend.
+pub fn init_kernel_cache(backend: &BackendArgs) -> Result<(), Failure> {
+    STARTED.get_or_init(Instant::now);
+    let cache = backend.kernel_cache.clone().unwrap_or(KernelCache::Default);
+    // SAFETY: the examples call this after reading their flags and before selecting a
+    // backend, the first thing that starts threads.
+    let setup = unsafe { leanburn::select::init_kernel_cache(&cache) }
+        .map_err(|e| bad_input(format!("--kernel-cache: {e}")))?;
+    eprintln!("{setup}");
+    Ok(())
+}
+
 /// The run of `mode` in `out`: fresh (refused where one is there), replaced, or resumed.
 pub fn open_run(out: &Path, mode: Mode, resume: bool, overwrite: bool) -> Result<RunDir, Failure> {
     let start = match (resume, overwrite) {
@@ -231,6 +251,8 @@ pub fn run_settings(steps: usize, eval_every: u64, checkpoint_every: u64, warmup
 pub struct Progress {
     bar: ProgressBar,
     item: &'static str,
+    /// Whether the first step's time has been printed.
+    timed_first: std::cell::Cell<bool>,
 }
 
 impl Progress {
@@ -240,7 +262,7 @@ impl Progress {
             ProgressStyle::with_template("{bar:30} {pos}/{len} [{elapsed_precise}<{eta_precise}] {msg}")
                 .expect("a valid template"),
         );
-        Self { bar, item }
+        Self { bar, item, timed_first: std::cell::Cell::new(false) }
     }
 
     /// Draws `event`. `header` is printed when the run starts, with the step it starts after.
@@ -255,6 +277,13 @@ impl Progress {
                 self.bar.set_position(first as u64);
             }
             RunEvent::Step { record, last_loss, items_per_second } => {
+                if !self.timed_first.replace(true) {
+                    // Compiling and autotuning kernels is most of a cold start (docs/gpt2.md).
+                    let since = STARTED
+                        .get()
+                        .map_or(String::new(), |t| format!(", {:.1} s after start", t.elapsed().as_secs_f64()));
+                    self.bar.suspend(|| eprintln!("first step of this process done{since}"));
+                }
                 self.bar.set_message(format!(
                     "{:<7} loss {}  {items_per_second:.0} {item}/s  {}",
                     record.phase.to_string(),

@@ -5,8 +5,11 @@
 //! - **parameters** `P` ([`Gpt2Config::parameter_count`]), **gradients** `P`, and
 //!   **optimizer state** `2P` (Adam's two moments);
 //! - **activations** the autodiff graph keeps for the backward pass, per layer and token
-//!   `17·d + 2.5·heads·seq` (Korthikanti et al., 2022, "Reducing Activation Recomputation in
-//!   Large Transformer Models", eq. 1, converted from bytes at 2 B per element);
+//!   `17·d + 2.5·heads·seq` with Burn's attention (Korthikanti et al., 2022, "Reducing
+//!   Activation Recomputation in Large Transformer Models", eq. 1, converted from bytes at
+//!   2 B per element), of which `2.5·heads·seq` are the attention scores, their softmax
+//!   and its dropout; with leanburn's attention ([`Gpt2Attention::Lean`], the default)
+//!   `17·d + heads`: no scores, one log-sum-exp per row and head;
 //! - **logits**: the LM head's `tokens × vocab` logits, their log-softmax and its gradient
 //!   (3 copies); with a loss chunk, three copies of `chunk × vocab` plus the fused loss's
 //!   retained gradients `tokens × d + vocab × d`.
@@ -17,7 +20,7 @@
 
 use std::fmt;
 
-use super::gpt2::Gpt2Config;
+use super::gpt2::{Gpt2Attention, Gpt2Config};
 use crate::memory::format_bytes;
 
 /// Estimated device bytes of one GPT-2 training step; see the [module docs](self).
@@ -36,14 +39,25 @@ pub struct Gpt2MemoryEstimate {
 }
 
 impl Gpt2MemoryEstimate {
-    /// The estimate for `batch × seq` tokens per step, `elem_bytes` per float, and an
-    /// optional loss chunk (tokens per chunk).
-    pub fn new(config: &Gpt2Config, batch: usize, seq: usize, elem_bytes: usize, loss_chunk: Option<usize>) -> Self {
+    /// The estimate for `batch × seq` tokens per step, `elem_bytes` per float, an
+    /// optional loss chunk (tokens per chunk), and the attention the model runs.
+    pub fn new(
+        config: &Gpt2Config,
+        batch: usize,
+        seq: usize,
+        elem_bytes: usize,
+        loss_chunk: Option<usize>,
+        attention: Gpt2Attention,
+    ) -> Self {
         let elem = elem_bytes as f64;
         let params = config.parameter_count() as f64 * elem;
         let tokens = (batch * seq) as f64;
         let (d, heads, vocab) = (config.d_model as f64, config.heads as f64, config.padded_vocab() as f64);
-        let per_token_layer = 17.0 * d + 2.5 * heads * seq as f64;
+        let kept_by_attention = match attention {
+            Gpt2Attention::Burn => 2.5 * heads * seq as f64,
+            Gpt2Attention::Lean => heads,
+        };
+        let per_token_layer = 17.0 * d + kept_by_attention;
         let activations = config.layers as f64 * tokens * per_token_layer * elem;
         let logits = match loss_chunk {
             Some(chunk) if (chunk as f64) < tokens => (3.0 * chunk as f64 * vocab + tokens * d + vocab * d) * elem,
@@ -56,6 +70,22 @@ impl Gpt2MemoryEstimate {
             activations: activations as u64,
             logits: logits as u64,
         }
+    }
+
+    /// The loss chunk to use when none is asked for: `chunk` tokens where the estimate
+    /// with it is smaller than with the full logits, that is where a step has more tokens
+    /// than `chunk` by enough to pay for the fused loss's retained gradients
+    /// (`tokens × d + vocab × d`); otherwise `None`, the full logits.
+    pub fn loss_chunk_that_saves(
+        config: &Gpt2Config,
+        batch: usize,
+        seq: usize,
+        elem_bytes: usize,
+        chunk: usize,
+    ) -> Option<usize> {
+        // The attention's share is the same on both sides.
+        let total = |loss_chunk| Self::new(config, batch, seq, elem_bytes, loss_chunk, Gpt2Attention::Lean).total();
+        (chunk > 0 && total(Some(chunk)) < total(None)).then_some(chunk)
     }
 
     /// Everything together: the estimated peak of a full training step.
@@ -95,25 +125,47 @@ mod tests {
     #[test]
     fn gpt2_small_logits_dominate_and_chunking_removes_them() {
         let config = Gpt2Config::preset("gpt2-small").unwrap();
-        let plain = Gpt2MemoryEstimate::new(&config, 8, 1024, 4, None);
+        let plain = Gpt2MemoryEstimate::new(&config, 8, 1024, 4, None, Gpt2Attention::Burn);
         assert_eq!(plain.parameters, 124_439_808 * 4);
         assert_eq!(plain.optimizer, 2 * plain.parameters);
         // 8 × 1024 tokens × 50,257 ids × 4 B × 3 copies.
         assert_eq!(plain.logits, 3 * 8 * 1024 * 50_257 * 4);
-        let chunked = Gpt2MemoryEstimate::new(&config, 8, 1024, 4, Some(1024));
+        let chunked = Gpt2MemoryEstimate::new(&config, 8, 1024, 4, Some(1024), Gpt2Attention::Burn);
         assert_eq!(chunked.logits, (3 * 1024 * 50_257 + 8 * 1024 * 768 + 50_257 * 768) * 4);
         assert!(chunked.total() + 4_000_000_000 < plain.total());
         // A chunk as large as the batch changes nothing.
-        assert_eq!(Gpt2MemoryEstimate::new(&config, 8, 1024, 4, Some(8192)), plain);
+        assert_eq!(Gpt2MemoryEstimate::new(&config, 8, 1024, 4, Some(8192), Gpt2Attention::Burn), plain);
     }
 
     #[test]
-    fn activations_grow_with_tokens_and_quadratically_with_seq() {
+    fn a_chunk_is_chosen_only_where_it_saves_memory() {
+        let small = Gpt2Config::preset("gpt2-small").unwrap();
+        assert_eq!(Gpt2MemoryEstimate::loss_chunk_that_saves(&small, 8, 1024, 4, 1024), Some(1024));
+        // As many tokens as a chunk: chunking only adds the retained gradients.
+        assert_eq!(Gpt2MemoryEstimate::loss_chunk_that_saves(&small, 1, 1024, 4, 1024), None);
+        // The main job on the CPU: gpt2-mini, 8 × 64 tokens in chunks of 128.
+        let mini = Gpt2Config::preset("gpt2-mini").unwrap();
+        assert_eq!(Gpt2MemoryEstimate::loss_chunk_that_saves(&mini, 8, 64, 4, 128), Some(128));
+        assert_eq!(Gpt2MemoryEstimate::loss_chunk_that_saves(&mini, 8, 64, 4, 0), None);
+    }
+
+    #[test]
+    fn activations_grow_with_tokens_and_with_burns_attention_quadratically_with_seq() {
         let config = Gpt2Config::preset("gpt2-mini").unwrap();
-        let a = Gpt2MemoryEstimate::new(&config, 4, 64, 4, None).activations;
-        let b = Gpt2MemoryEstimate::new(&config, 8, 64, 4, None).activations;
-        let c = Gpt2MemoryEstimate::new(&config, 4, 128, 4, None).activations;
-        assert_eq!(b, 2 * a);
-        assert!(c > 2 * a);
+        let activations =
+            |batch, seq, attention| Gpt2MemoryEstimate::new(&config, batch, seq, 4, None, attention).activations;
+        for attention in [Gpt2Attention::Burn, Gpt2Attention::Lean] {
+            assert_eq!(activations(8, 64, attention), 2 * activations(4, 64, attention));
+        }
+        assert!(activations(4, 128, Gpt2Attention::Burn) > 2 * activations(4, 64, Gpt2Attention::Burn));
+        // leanburn's attention keeps no scores: linear in the tokens, whatever their split.
+        assert_eq!(activations(4, 128, Gpt2Attention::Lean), activations(8, 64, Gpt2Attention::Lean));
+        // gpt2-small at 8 × 1024: Burn's attention keeps 2.5 · 12 · 1024 floats per token
+        // and layer on top of 17 · 768, leanburn's 12.
+        let small = Gpt2Config::preset("gpt2-small").unwrap();
+        let per_token_layer =
+            |attention| Gpt2MemoryEstimate::new(&small, 8, 1024, 4, None, attention).activations / (12 * 8 * 1024 * 4);
+        assert_eq!(per_token_layer(Gpt2Attention::Burn), 17 * 768 + 30_720);
+        assert_eq!(per_token_layer(Gpt2Attention::Lean), 17 * 768 + 12);
     }
 }

@@ -5,6 +5,7 @@
 
 mod capacity;
 mod headless;
+mod kernel_cache;
 mod probe;
 mod run;
 
@@ -18,6 +19,7 @@ use serde::{Deserialize, Serialize};
 pub use capacity::cuda_total_memory;
 pub use capacity::{device_memory, host_memory};
 pub use headless::quiet_headless_vulkan;
+pub use kernel_cache::{init_kernel_cache, KernelCache, KernelCacheError, KernelCacheSetup, CACHE_DIR_VAR};
 pub use probe::{probe_cuda, probe_wgpu, AdapterKind, AdapterSummary, CudaStatus};
 #[cfg(feature = "cuda")]
 pub use run::CubeCuda;
@@ -124,6 +126,10 @@ pub struct BackendArgs {
     /// Let `auto` pick a software Vulkan adapter (llvmpipe) over the CPU backend.
     #[cfg_attr(feature = "cli", arg(long, env = "LEANBURN_ALLOW_SOFTWARE"))]
     pub allow_software: bool,
+    /// Where compiled kernels and autotune results are kept between runs (a directory, or
+    /// `off`); default `<user cache dir>/leanburn`. See [`init_kernel_cache`].
+    #[cfg_attr(feature = "cli", arg(long, env = CACHE_DIR_VAR, value_parser = clap::value_parser!(KernelCache)))]
+    pub kernel_cache: Option<KernelCache>,
 }
 
 /// The device a job will run on.

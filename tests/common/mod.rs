@@ -36,7 +36,9 @@ pub fn image_batch<B: Backend>(
 }
 
 /// An example binary, which `cargo test` builds beside the test binaries, with the
-/// backend-selection environment cleared.
+/// backend-selection environment cleared and leanburn's kernel cache off (so CubeCL keeps
+/// its autotune results in `target/`, shared with the other test binaries, unless a test
+/// passes `--kernel-cache`).
 pub fn example(name: &str) -> Command {
     let exe = std::env::current_exe().expect("test binary path");
     let dir = exe.parent().and_then(|deps| deps.parent()).expect("target/<profile>");
@@ -44,6 +46,7 @@ pub fn example(name: &str) -> Command {
     assert!(path.exists(), "{} is missing: run through `cargo test`, which builds the examples", path.display());
     let mut command = Command::new(path);
     command.env_remove("LEANBURN_BACKEND").env_remove("LEANBURN_ALLOW_SOFTWARE");
+    command.env(leanburn::select::CACHE_DIR_VAR, "off");
     command
 }
 
