@@ -10,10 +10,20 @@
 #   .gpu/r50k_base.tiktoken    GPT-2's BPE for the PyTorch side (tiktoken cannot download)
 #
 #   bash benches/gpu_gpt2.sh CASE [CASE ...]     # results under $OUT (default ./gpu-out)
+#   bash benches/gpu_gpt2.sh                     # the comparison below, in one device call
 #
 # A case is NAME:SECONDS:ARGS, ARGS separated by commas, e.g.
 #   full:300:--mode,full,--steps,300      leanburn example (gpt2-small on CUDA)
 #   torch-f32:120:--steps,100             benches/pytorch_gpt2.py (name starts with torch)
+# With no CASE: gpt2-small, batch 8 × 1024, full mode, the same shapes on both sides, in
+# about seven minutes once the kernel cache is warm (a cold cache costs minutes per
+# precision: restore one, or warm it first with the example's --warm-cache):
+#   lean-f32   leanburn f32 (CubeCL's matmuls run f32 inputs as TF32: compare with torch-tf32)
+#   lean-bf16  leanburn bf16 compute, f32 master weights
+#   torch-f32, torch-tf32, torch-bf16 (autocast)
+# Both sides pad the vocabulary to 50,304 (leanburn's GPU default, PyTorch --pad-vocab 64);
+# leanburn computes the loss in 256-token chunks (its default there), PyTorch over the full
+# logits. The table at the end gives tokens/s and nvidia-smi's peak for each.
 # Each case runs under `timeout SECONDS`, with nvidia-smi sampling the GPU's used memory
 # every 200 ms (the driver's view: both programs' CUDA context, pool and cache included).
 # Per case: NAME.log (all output) and a line in summary.tsv; the example's metrics and
@@ -59,6 +69,13 @@ export LD_LIBRARY_PATH="${nvrtc_dirs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   python3 -c 'import torch; print("torch", torch.__version__)' 2>&1
 } | tee "$OUT/logs/environment.txt"
 
+if [ $# -eq 0 ]; then
+  lean=--mode,full,--steps,60,--eval-every,1000,--eval-batches,1,--checkpoint-every,1000
+  torch=--steps,60,--skip,10,--pad-vocab,64
+  set -- "lean-f32:110:$lean" "lean-bf16:110:$lean,--precision,bf16" \
+    "torch-f32:70:$torch" "torch-tf32:60:$torch,--precision,tf32" "torch-bf16:60:$torch,--precision,bf16"
+fi
+
 printf 'case\tseconds\texit\tpeak_gpu_used_mib\tidle_gpu_used_mib\n' >>"$OUT/summary.tsv"
 used_mib() { nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits | head -1; }
 
@@ -95,6 +112,30 @@ for case in "$@"; do
     rm -rf "$RUNS/$name"
   fi
 done
+
+# tokens/s of each case after its first 10 steps, as PyTorch's --skip 10: PyTorch's JSON
+# line; for leanburn its step records (the summary's figure would include the first step).
+python3 - "$OUT" <<'PY'
+import glob, json, re, sys
+out = sys.argv[1]
+rows = [line.rstrip("\n").split("\t") for line in open(f"{out}/summary.tsv")][1:]
+
+def speed(name, log):
+    found = re.search(r'"tokens_per_s": ([0-9.]+)', log)
+    if found:
+        return float(found.group(1))
+    records = [json.loads(l) for f in glob.glob(f"{out}/logs/{name}/metrics-*.jsonl") for l in open(f)][10:]
+    seconds = sum(r["seconds"] for r in records)
+    return sum(r["items"] for r in records) / seconds if seconds > 0 else None
+
+print("| case | tokens/s (after 10 steps) | nvidia-smi peak (MiB) | first step | exit |")
+print("|---|---|---|---|---|")
+for name, seconds, code, peak, idle in rows:
+    log = open(f"{out}/logs/{name}.log", errors="replace").read()
+    tokens = speed(name, log)
+    first = re.search(r"first step of this process done, ([0-9.]+ s)", log)
+    print(f"| {name} | {f'{tokens:.0f}' if tokens else '-'} | {peak} | {first.group(1) if first else '-'} | {code} |")
+PY
 
 tar -C "$OUT" -czf "$OUT/results.tar.gz" logs && rm -rf "$OUT/logs"
 echo "cache: $(find "$CACHE" -type f | wc -l) files, $(du -sh "$CACHE" | cut -f1)"

@@ -80,9 +80,10 @@ class Block(nn.Module):
 
 
 class Gpt2(nn.Module):
-    def __init__(self, layers, d, heads, context, attention):
+    def __init__(self, layers, d, heads, context, attention, pad_vocab=1):
         super().__init__()
-        self.tokens = nn.Embedding(VOCAB, d)
+        # Rows past VOCAB are never a target (nanoGPT pads to 50,304 the same way).
+        self.tokens = nn.Embedding(-(-VOCAB // pad_vocab) * pad_vocab, d)
         self.positions = nn.Embedding(context, d)
         nn.init.normal_(self.tokens.weight, 0.0, 0.02)
         nn.init.normal_(self.positions.weight, 0.0, 0.02)
@@ -96,7 +97,7 @@ class Gpt2(nn.Module):
         for block in self.blocks:
             x = block(x)
         logits = self.ln_f(x) @ self.tokens.weight.t()  # tied LM head
-        return F.cross_entropy(logits.float().view(-1, VOCAB), targets.reshape(-1))
+        return F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.reshape(-1))
 
 
 # GPT-2's pre-tokenizer (tiktoken's r50k_base pattern).
@@ -138,6 +139,8 @@ def main():
     p.add_argument("--precision", default="f32", choices=["f32", "tf32", "bf16"],
                    help="f32: strict fp32 matmuls; tf32: TF32 tensor cores; bf16: autocast with fp32 master weights")
     p.add_argument("--attention", default="sdpa", choices=["sdpa", "naive"])
+    p.add_argument("--pad-vocab", type=int, default=1,
+                   help="round the embedding's rows up to a multiple of this (64: 50,304, as leanburn on GPUs)")
     p.add_argument("--data")
     p.add_argument("--bpe", help="a local r50k_base.tiktoken, for machines without network")
     p.add_argument("--seed", type=int, default=42)
@@ -166,7 +169,9 @@ def main():
     tokens, source = load_tokens(a.data, a.bpe)
     print(f"torch {torch.__version__} on {device_name}; data: {source}", flush=True)
 
-    model = Gpt2(layers, d, heads, context, a.attention).to(dev)
+    if a.pad_vocab < 1:
+        sys.exit(f"--pad-vocab must be at least 1, got {a.pad_vocab}")
+    model = Gpt2(layers, d, heads, context, a.attention, a.pad_vocab).to(dev)
     params = sum(q.numel() for q in model.parameters())
     opt = torch.optim.AdamW(model.parameters(), lr=a.lr, betas=(0.9, 0.999), eps=1e-5, weight_decay=0.1)
     warmup = max(1, a.steps // 10)
@@ -222,6 +227,7 @@ def main():
         "steps": a.steps,
         "precision": a.precision,
         "attention": a.attention,
+        "pad_vocab": a.pad_vocab,
         "data": source,
         "tokens_per_s": timed * a.batch * a.seq / seconds,
         "seconds_per_step": seconds / timed,
