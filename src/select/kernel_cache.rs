@@ -12,7 +12,7 @@
 //! `<user cache dir>/leanburn` (`~/.cache/leanburn` on Linux), or `LEANBURN_CACHE_DIR`:
 //!
 //! - `cubecl/autotune/…`: the fastest kernel per operation and shape bucket, per device;
-//! - `cubecl/ptx/…`: compiled CUDA kernels;
+//! - `cubecl/cuda/<CubeCL version>/ptx…`: compiled CUDA kernels;
 //! - `mesa/`: Mesa's shader cache (set only where `MESA_SHADER_CACHE_DIR` is unset).
 //!
 //! Copying that directory to another machine with the same device, driver and leanburn
