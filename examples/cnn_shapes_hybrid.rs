@@ -199,7 +199,17 @@ impl BackendJob for Plan {
             let evaluation = model.valid().evaluate(self.validation.iter().map(|b| b.to_device(&device)));
             Validation { loss: evaluation.loss, accuracy: Some(evaluation.accuracy) }
         };
-        let outcome = train(&mut trainer, &self.dir, settings, "img", header, next_batch, to_device, validate)?;
+        let outcome = train(
+            &mut trainer,
+            &self.dir,
+            settings,
+            args.execution.sample_pool_ms,
+            "img",
+            header,
+            next_batch,
+            to_device,
+            validate,
+        )?;
         let title = format!("conv net on shapes ({} mode) on {}", args.mode.name(), B::name(&device));
         Ok((summary(&title, &outcome, &self.dir, "images"), outcome))
     }

@@ -18,8 +18,17 @@ use super::{bad_input, broke, Failure};
 
 /// Options that steer one invocation rather than describe the run: never read from a
 /// config file, never written to the resolved one.
-const PER_INVOCATION: &[&str] =
-    &["config", "resume", "overwrite", "allow-corpus-change", "kernel-cache", "warm-cache", "help", "version"];
+const PER_INVOCATION: &[&str] = &[
+    "config",
+    "resume",
+    "overwrite",
+    "allow-corpus-change",
+    "kernel-cache",
+    "warm-cache",
+    "sample-pool-ms",
+    "help",
+    "version",
+];
 
 /// Parses `A` from the process's arguments, with the options of `--config FILE` (if any)
 /// filling in what the command line and the environment leave unset. Returns the options

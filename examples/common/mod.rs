@@ -8,12 +8,12 @@ pub mod config;
 
 use std::path::Path;
 use std::sync::OnceLock;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use burn::optim::Optimizer;
 use clap::ValueEnum;
 use indicatif::{ProgressBar, ProgressStyle};
-use leanburn::memory::{format_bytes, MemoryProbe};
+use leanburn::memory::{format_bytes, InStepPeak, InStepReading, MemoryProbe};
 use leanburn::runner::{RunDir, RunError, RunEvent, RunOutcome, RunSettings, Runner, StartMode, Validation};
 use leanburn::select::{BackendArgs, BackendJob, Checkpointing, KernelCache, Selection, TrainBackend};
 use leanburn::trainer::{
@@ -68,6 +68,11 @@ pub struct ExecutionArgs {
     /// stay f32; f16 scales its loss dynamically and skips steps that overflow.
     #[arg(long, value_enum, default_value_t = Precision::F32)]
     pub precision: Precision,
+    /// Read the device pool every this many milliseconds from a second thread while steps
+    /// run, and print the highest in-use and reserve it saw (the in-step peak). A
+    /// measurement: every reading flushes the device's queue.
+    #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(1..))]
+    pub sample_pool_ms: Option<u64>,
 }
 
 impl ExecutionArgs {
@@ -253,6 +258,9 @@ pub struct Progress {
     item: &'static str,
     /// Whether the first step's time has been printed.
     timed_first: std::cell::Cell<bool>,
+    /// The pool read during steps (`--sample-pool-ms`), and the highest readings of the
+    /// steps after the first (which also holds autotuning's buffers).
+    in_step: Option<(InStepPeak, std::cell::Cell<Option<InStepReading>>)>,
 }
 
 impl Progress {
@@ -262,7 +270,30 @@ impl Progress {
             ProgressStyle::with_template("{bar:30} {pos}/{len} [{elapsed_precise}<{eta_precise}] {msg}")
                 .expect("a valid template"),
         );
-        Self { bar, item, timed_first: std::cell::Cell::new(false) }
+        Self { bar, item, timed_first: std::cell::Cell::new(false), in_step: None }
+    }
+
+    /// Reads the pool during steps with `sampler`, for [`in_step_summary`](Self::in_step_summary).
+    pub fn with_in_step_peak(mut self, sampler: Option<InStepPeak>) -> Self {
+        self.in_step = sampler.map(|sampler| (sampler, std::cell::Cell::new(None)));
+        self
+    }
+
+    /// The in-step peak over the steps after this process's first, and the reserve
+    /// against it; `None` without a sampler.
+    pub fn in_step_summary(&self) -> Option<String> {
+        let (_, highest) = self.in_step.as_ref()?;
+        Some(match highest.get() {
+            Some(r) => format!(
+                "in-step peak (pool read {} times during the steps after the first): in use {}, reserved {} \
+                 (reserve / in-use peak {:.2})",
+                r.readings,
+                format_bytes(r.peak_in_use as f64),
+                format_bytes(r.peak_reserved as f64),
+                r.peak_reserved as f64 / r.peak_in_use.max(1) as f64
+            ),
+            None => "in-step peak: no reading after the first step".into(),
+        })
     }
 
     /// Draws `event`. `header` is printed when the run starts, with the step it starts after.
@@ -277,6 +308,20 @@ impl Progress {
                 self.bar.set_position(first as u64);
             }
             RunEvent::Step { record, last_loss, items_per_second } => {
+                let first = !self.timed_first.get();
+                if let Some((sampler, highest)) = &self.in_step {
+                    // Taken every step, so that the first step's readings are dropped.
+                    if let (Some(reading), false) = (sampler.take(), first) {
+                        highest.set(Some(match highest.get() {
+                            Some(h) => InStepReading {
+                                peak_in_use: h.peak_in_use.max(reading.peak_in_use),
+                                peak_reserved: h.peak_reserved.max(reading.peak_reserved),
+                                readings: h.readings + reading.readings,
+                            },
+                            None => reading,
+                        }));
+                    }
+                }
                 if !self.timed_first.replace(true) {
                     // Compiling and autotuning kernels is most of a cold start (docs/gpt2.md).
                     let since = STARTED
@@ -315,12 +360,14 @@ impl Progress {
 
 /// Runs `trainer` in `dir` with `settings`, drawing progress: host batches from
 /// `next_batch`, moved by `to_device`, scored by `validate`; `header` describes the run
-/// once its first step is known.
+/// once its first step is known. With `sample_pool_ms`, the pool is also read during the
+/// steps and the in-step peak printed at the end.
 #[allow(clippy::too_many_arguments)]
 pub fn train<B, M, O, T, H>(
     trainer: &mut HybridTrainer<B, M, O, T>,
     dir: &RunDir,
     settings: RunSettings,
+    sample_pool_ms: Option<u64>,
     item: &'static str,
     header: impl FnOnce(usize) -> String,
     next_batch: impl FnMut() -> Result<H, Failure>,
@@ -333,13 +380,20 @@ where
     O: Optimizer<M, B>,
     T: HybridBatch<B>,
 {
-    let progress = Progress::new(item);
+    let sampler = sample_pool_ms.map(|ms| InStepPeak::start::<B>(trainer.device(), Duration::from_millis(ms)));
+    if sampler.as_ref().is_some_and(Option::is_none) {
+        eprintln!("--sample-pool-ms: no device pool on this backend; nothing is sampled");
+    }
+    let progress = Progress::new(item).with_in_step_peak(sampler.flatten());
     let mut header = Some(header);
     let next_batch = next_batch_with_message(next_batch);
     let outcome = Runner::new(settings)
         .in_dir(dir)
         .run(trainer, next_batch, to_device, validate, |event| progress.on_event(event, &mut header));
     progress.finish();
+    if let Some(line) = progress.in_step_summary() {
+        eprintln!("{line}");
+    }
     Ok(outcome?)
 }
 

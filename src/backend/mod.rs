@@ -141,4 +141,8 @@ impl<B: MemoryProbe + ChunkedConv> MemoryProbe for Lean<B> {
     fn release_unused(device: &Self::Device) {
         B::release_unused(device)
     }
+
+    fn pool_reader(device: &Self::Device) -> Option<crate::memory::PoolReader> {
+        B::pool_reader(device)
+    }
 }

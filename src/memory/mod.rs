@@ -7,6 +7,7 @@
 //! sampled every step and fitted for a slope; that is what [`LeakDetector`] does.
 
 mod host;
+mod in_step;
 mod leak;
 mod monitor;
 mod pool_health;
@@ -15,6 +16,7 @@ mod report;
 mod tracker;
 
 pub use host::{host_memory, HostMemory};
+pub use in_step::{InStepPeak, InStepReading, PoolReader};
 pub use leak::{LeakDetector, LeakReport, LeakVerdict};
 pub use monitor::MemoryMonitor;
 pub use pool_health::{PoolHealth, PoolVerdict, DEFAULT_BLOAT_RATIO, DEFAULT_MIN_EXCESS, DEFAULT_PATIENCE};

@@ -5,7 +5,10 @@ use burn::backend::{Autodiff, Flex, NdArray};
 use burn::tensor::backend::Backend;
 use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElement};
 use burn_fusion::{Fusion, FusionBackend};
+use cubecl::stream_id::StreamId;
 use serde::{Deserialize, Serialize};
+
+use super::in_step::PoolReader;
 
 /// One reading of a device memory pool.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -32,6 +35,11 @@ pub trait MemoryProbe: Backend {
 
     /// Asks the pool to return the memory it keeps for reuse to the device.
     fn release_unused(device: &Self::Device);
+
+    /// A reader, for another thread, of the pool that work issued from the *calling*
+    /// thread allocates from (CubeCL keeps one per stream, a stream per thread); it reads
+    /// without syncing (see [`InStepPeak`](super::InStepPeak)). `None` where there is no pool.
+    fn pool_reader(device: &Self::Device) -> Option<PoolReader>;
 }
 
 impl<R, F, I, BT> MemoryProbe for CubeBackend<R, F, I, BT>
@@ -58,6 +66,21 @@ where
     fn release_unused(device: &Self::Device) {
         R::client(device).memory_cleanup();
     }
+
+    fn pool_reader(device: &Self::Device) -> Option<PoolReader> {
+        let mut client = R::client(device);
+        // SAFETY: the client is only ever asked for this stream's usage counters, which
+        // the server reads between the stream's own tasks; it launches and allocates
+        // nothing on the stream.
+        unsafe { client.set_stream(StreamId::current()) };
+        Some(PoolReader::new(move || {
+            client.memory_usage().ok().map(|usage| MemorySample {
+                bytes_in_use: usage.bytes_in_use,
+                bytes_reserved: usage.bytes_reserved,
+                allocations: usage.number_allocs,
+            })
+        }))
+    }
 }
 
 impl<B: FusionBackend + MemoryProbe> MemoryProbe for Fusion<B> {
@@ -75,6 +98,11 @@ impl<B: FusionBackend + MemoryProbe> MemoryProbe for Fusion<B> {
         }
         B::release_unused(device);
     }
+
+    fn pool_reader(device: &Self::Device) -> Option<PoolReader> {
+        // Fusion runs each queued operation on the stream of the thread that issued it.
+        B::pool_reader(device)
+    }
 }
 
 impl<B: MemoryProbe, C: CheckpointStrategy> MemoryProbe for Autodiff<B, C> {
@@ -85,6 +113,10 @@ impl<B: MemoryProbe, C: CheckpointStrategy> MemoryProbe for Autodiff<B, C> {
     fn release_unused(device: &Self::Device) {
         B::release_unused(device);
     }
+
+    fn pool_reader(device: &Self::Device) -> Option<PoolReader> {
+        B::pool_reader(device)
+    }
 }
 
 impl MemoryProbe for NdArray {
@@ -93,6 +125,10 @@ impl MemoryProbe for NdArray {
     }
 
     fn release_unused(_device: &Self::Device) {}
+
+    fn pool_reader(_device: &Self::Device) -> Option<PoolReader> {
+        None
+    }
 }
 
 impl MemoryProbe for Flex {
@@ -101,6 +137,10 @@ impl MemoryProbe for Flex {
     }
 
     fn release_unused(_device: &Self::Device) {}
+
+    fn pool_reader(_device: &Self::Device) -> Option<PoolReader> {
+        None
+    }
 }
 
 /// What [`trim`] did: the pool before and after (both `None` on a backend without a pool).

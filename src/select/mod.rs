@@ -6,6 +6,7 @@
 mod capacity;
 mod headless;
 mod kernel_cache;
+mod pool;
 mod probe;
 mod run;
 
@@ -20,6 +21,7 @@ pub use capacity::cuda_total_memory;
 pub use capacity::{device_memory, host_memory};
 pub use headless::quiet_headless_vulkan;
 pub use kernel_cache::{init_kernel_cache, KernelCache, KernelCacheError, KernelCacheSetup, CACHE_DIR_VAR};
+pub use pool::{init_memory_pool, PoolError, PoolLayout};
 pub use probe::{probe_cuda, probe_wgpu, AdapterKind, AdapterSummary, CudaStatus};
 #[cfg(feature = "cuda")]
 pub use run::CubeCuda;
@@ -94,6 +96,8 @@ pub enum SelectError {
     NoWgpuAdapter,
     #[error("wgpu adapter {requested} was requested but only {available} adapter(s) exist")]
     NoSuchWgpuAdapter { requested: usize, available: usize },
+    #[error(transparent)]
+    Pool(#[from] PoolError),
 }
 
 #[cfg(feature = "cli")]
@@ -102,7 +106,7 @@ impl SelectError {
     /// other bad flag), 1 for a well-formed request this machine cannot serve.
     pub fn exit_code(&self) -> i32 {
         match self {
-            Self::UnknownBackend(_) => 2,
+            Self::UnknownBackend(_) | Self::Pool(PoolError::NotConfigurable { .. }) => 2,
             _ => 1,
         }
     }
@@ -130,6 +134,10 @@ pub struct BackendArgs {
     /// `off`); default `<user cache dir>/leanburn`. See [`init_kernel_cache`].
     #[cfg_attr(feature = "cli", arg(long, env = CACHE_DIR_VAR, value_parser = clap::value_parser!(KernelCache)))]
     pub kernel_cache: Option<KernelCache>,
+    /// How the device's memory pool is laid out (wgpu only; see docs/memory.md, "The pool
+    /// layout"); unset, the runtime's default (`sub-slices`).
+    #[cfg_attr(feature = "cli", arg(long, value_enum, env = "LEANBURN_MEMORY_POOL", ignore_case = true))]
+    pub memory_pool: Option<PoolLayout>,
 }
 
 /// The device a job will run on.
@@ -152,6 +160,8 @@ pub struct Selection {
     pub requested: BackendKind,
     pub chosen: Chosen,
     pub reason: String,
+    /// The pool layout set on the device, or `None` for the runtime's default.
+    pub pool: Option<PoolLayout>,
 }
 
 impl Selection {
@@ -179,7 +189,12 @@ impl Selection {
             api: "default".into(),
             driver: String::new(),
         };
-        Self { requested: BackendKind::Wgpu, chosen: Chosen::Wgpu { device, adapter }, reason: reason.into() }
+        Self {
+            requested: BackendKind::Wgpu,
+            chosen: Chosen::Wgpu { device, adapter },
+            reason: reason.into(),
+            pool: None,
+        }
     }
 }
 
@@ -191,20 +206,32 @@ impl fmt::Display for Selection {
             Chosen::Wgpu { adapter, .. } => write!(f, "backend wgpu, adapter {adapter}")?,
             Chosen::Cpu => f.write_str("backend cpu (flex)")?,
         }
+        if let Some(pool) = self.pool {
+            write!(f, ", memory pool {pool}")?;
+        }
         write!(f, " (requested: {}; {})", self.requested, self.reason)
     }
 }
 
-/// Chooses a backend for `args`, probing drivers without ever panicking on a missing one.
+/// Chooses a backend for `args`, probing drivers without ever panicking on a missing one,
+/// and lays out the chosen device's pool as `args.memory_pool` asks ([`init_memory_pool`]).
 pub fn select(args: &BackendArgs) -> Result<Selection, SelectError> {
-    match args.backend {
-        BackendKind::Cpu => {
-            Ok(Selection { requested: BackendKind::Cpu, chosen: Chosen::Cpu, reason: "asked for by name".into() })
-        }
-        BackendKind::Cuda => select_cuda(args.device_index, probe_cuda()),
-        BackendKind::Wgpu => select_wgpu(args.device_index, &probe_wgpu()),
-        BackendKind::Auto => Ok(select_auto(args, probe_cuda(), &probe_wgpu())),
+    let mut selection = match args.backend {
+        BackendKind::Cpu => Selection {
+            requested: BackendKind::Cpu,
+            chosen: Chosen::Cpu,
+            reason: "asked for by name".into(),
+            pool: None,
+        },
+        BackendKind::Cuda => select_cuda(args.device_index, probe_cuda())?,
+        BackendKind::Wgpu => select_wgpu(args.device_index, &probe_wgpu())?,
+        BackendKind::Auto => select_auto(args, probe_cuda(), &probe_wgpu()),
+    };
+    if let Some(layout) = args.memory_pool {
+        init_memory_pool(&selection, layout)?;
+        selection.pool = Some(layout);
     }
+    Ok(selection)
 }
 
 fn select_cuda(index: usize, status: CudaStatus) -> Result<Selection, SelectError> {
@@ -217,6 +244,7 @@ fn select_cuda(index: usize, status: CudaStatus) -> Result<Selection, SelectErro
             requested: BackendKind::Cuda,
             chosen: Chosen::Cuda { ordinal: index },
             reason: format!("asked for by name; {status}"),
+            pool: None,
         }),
         other => Err(SelectError::CudaUnavailable(other.to_string())),
     }
@@ -243,6 +271,7 @@ fn select_wgpu(index: usize, adapters: &[AdapterSummary]) -> Result<Selection, S
         requested: BackendKind::Wgpu,
         chosen: Chosen::Wgpu { device: wgpu_device(adapter), adapter: adapter.clone() },
         reason: format!("asked for by name; adapter {index} of {}", adapters.len()),
+        pool: None,
     })
 }
 
@@ -254,6 +283,7 @@ fn select_auto(args: &BackendArgs, cuda: CudaStatus, adapters: &[AdapterSummary]
             requested: BackendKind::Auto,
             chosen: Chosen::Cuda { ordinal },
             reason: format!("{cuda} answered"),
+            pool: None,
         };
     }
     let hardware = adapters.iter().find(|a| a.kind.is_hardware());
@@ -269,6 +299,7 @@ fn select_auto(args: &BackendArgs, cuda: CudaStatus, adapters: &[AdapterSummary]
             requested: BackendKind::Auto,
             chosen: Chosen::Wgpu { device: wgpu_device(adapter), adapter: adapter.clone() },
             reason: format!("no CUDA ({cuda}); {why}"),
+            pool: None,
         };
     }
     let wgpu_note = match software {
@@ -279,6 +310,7 @@ fn select_auto(args: &BackendArgs, cuda: CudaStatus, adapters: &[AdapterSummary]
         requested: BackendKind::Auto,
         chosen: Chosen::Cpu,
         reason: format!("no CUDA ({cuda}); {wgpu_note}; falling back to the CPU"),
+        pool: None,
     }
 }
 
