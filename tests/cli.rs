@@ -78,14 +78,25 @@ fn zero_steps_is_rejected() {
 }
 
 #[test]
+fn a_pool_layout_where_there_is_no_configurable_pool_exits_2() {
+    let output = demo().args(["--backend", "cpu", "--memory-pool", "exclusive-pages"]).output().unwrap();
+    let all = text(&output);
+    assert_eq!(output.status.code(), Some(2), "{all}");
+    assert!(String::from_utf8_lossy(&output.stderr).contains("the cpu backend takes no pool layout"), "{all}");
+}
+
+/// Also on the other pool layout (`--memory-pool`), which the selection line names.
+#[test]
 fn lean_wgpu_run_keeps_the_inner_forward_flat() {
     let output = demo()
         .args(["--backend", "wgpu", "--lean", "--steps", "6", "--batch", "2", "--resolution", "16"])
+        .args(["--memory-pool", "exclusive-pages"])
         .output()
         .unwrap();
     let all = text(&output);
     assert!(output.status.success(), "{all}");
     let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(stdout.contains("memory pool exclusive-pages"), "{all}");
     assert!(stdout.contains("lean<"), "the report must name the Lean stack\n{all}");
     assert!(stdout.contains("GROWING"), "the autodiff-forward control must still grow\n{all}");
     assert!(stdout.matches("flat").count() >= 2, "{all}");
