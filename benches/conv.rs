@@ -292,7 +292,7 @@ fn run<B: ChunkedConv + MemoryProbe>(args: &Args, device: B::Device, elem_bytes:
             wrong += 1;
         }
         println!(
-            "| {} | {} | {:.1} | {:.1} | {:.2} | {} | {} | {} ({}){} | {:.1e}{} |",
+            "| {} | {} | {:.1} | {:.1} | {:.2} | {} | {} | {} ({}{}){} | {:.1e}{} |",
             shape.name,
             shape.batch,
             stock.median.as_secs_f64() * 1e3,
@@ -302,14 +302,15 @@ fn run<B: ChunkedConv + MemoryProbe>(args: &Args, device: B::Device, elem_bytes:
             memory(lean.reserve_rise),
             format_bytes(plan.workspace_bytes as f64),
             plan.chunks,
-            if plan.fits_budget() { "" } else { " over budget: one image" },
+            if plan.row_tiles > 1 { format!(" × {} row tiles", plan.row_tiles) } else { String::new() },
+            if plan.fits_budget() { "" } else { " over budget: one output row" },
             error,
             if within { "" } else { " **over tolerance**" },
         );
     }
     if over_budget > 0 {
         println!(
-            "\n{over_budget} shape(s) need more than the budget for a single image; Lean runs those one image at a time."
+            "\n{over_budget} shape(s) need more than the budget for a single output row; Lean runs those one row at a time."
         );
     }
     println!("\nmax rel. error: Lean against stock on the same inputs; tolerance {tolerance:.0e}");

@@ -171,6 +171,7 @@ fn assert_covers<B: ChunkedConv>(drawn: &[Case], chunked: bool) {
     if chunked {
         features.push(("several chunks", any(&|c| plan(c).chunks > 1)));
         features.push(("several images in one chunk", any(&|c| plan(c).images_per_chunk > 1 && c.batch > 1)));
+        features.push(("one image in several row tiles", any(&|c| plan(c).row_tiles > 1)));
     }
     let missing: Vec<&str> = features.iter().filter(|(_, hit)| !hit).map(|(name, _)| *name).collect();
     assert!(missing.is_empty(), "{} cases never reach: {missing:?}; draw more or change the seed", drawn.len());

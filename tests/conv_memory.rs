@@ -24,9 +24,10 @@ use burn::tensor::ops::ConvOptions;
 use burn::tensor::Distribution;
 use burn_cubecl::CubeBackend;
 use common::{exclusive_device, image_batch, wgpu_device, CLASSES};
-use leanburn::backend::{ConvBudget, Lean};
+use leanburn::backend::{conv2d_plan, ConvBudget, ConvPlan, Lean};
 use leanburn::memory::{MemoryProbe, MemorySample};
 use leanburn::model::SmallCnnConfig;
+use leanburn::select::{init_memory_pool, PoolLayout, Selection};
 
 type Cube = CubeBackend<WgpuRuntime, f32, i32, u32>;
 type B = Autodiff<Lean<Cube>>;
@@ -163,4 +164,88 @@ fn after_training_only_parameters_and_optimizer_state_stay_in_use() {
     );
     drop((model, optimizer));
     assert_eq!(sample(&device).bytes_in_use, baseline, "dropping the model and optimizer frees everything");
+}
+
+/// One image whose own workspace is about 4× the budget: 10 channels of 128 × 128 through a
+/// 7 × 7 convolution (padding 3) to 10 channels, (490 + 2 · 10) rows × 16,384 pixels × 4 B =
+/// 31.9 MiB against 8 MiB.
+const TILED: ([usize; 4], [usize; 4]) = ([1, 10, 128, 128], [10, 10, 7, 7]);
+
+/// A second wgpu device whose pool is laid out in exclusive pages: each allocation is its
+/// own buffer of its own size, so the reserve counts what was allocated, without the
+/// 8 to 128 MiB pages of the default layout, which would hide an 8 MiB budget.
+fn exact_pool_device() -> WgpuDevice {
+    static INIT: std::sync::Once = std::sync::Once::new();
+    let device = WgpuDevice::Cpu;
+    INIT.call_once(|| {
+        let selection = Selection::wgpu(device.clone(), "the tiling tests' own device");
+        init_memory_pool(&selection, PoolLayout::ExclusivePages).expect("a fresh wgpu device takes a pool layout");
+    });
+    device
+}
+
+/// conv2d forward and both gradients of [`TILED`] on `B`: how far the reserve rose above
+/// the one that held the input and weight. `transient` as in [`reserve_rise`].
+fn tiled_reserve_rise(device: &WgpuDevice, transient: Option<usize>) -> u64 {
+    B::release_unused(device);
+    let (x_dims, w_dims) = TILED;
+    let x = Tensor::<B, 4>::random(x_dims, Distribution::Normal(0.0, 1.0), device).require_grad();
+    let weight = Tensor::<B, 4>::random(w_dims, Distribution::Normal(0.0, 0.1), device).require_grad();
+    let before = sample(device);
+    let output = conv2d(x.clone(), weight.clone(), None, ConvOptions::new([1, 1], [3, 3], [1, 1], 1));
+    if let Some(bytes) = transient {
+        let workspace = Tensor::<B, 1>::zeros([bytes / 4], device);
+        let _ = sample(device);
+        drop(workspace);
+    }
+    let grads = output.sum().backward();
+    let (x_grad, weight_grad) =
+        (x.grad(&grads).expect("input gradient"), weight.grad(&grads).expect("weight gradient"));
+    let after = sample(device);
+    assert!(x_grad.dims() == x_dims && weight_grad.dims() == w_dims);
+    after.bytes_reserved.saturating_sub(before.bytes_reserved)
+}
+
+/// The output, its gradient and the input gradient of [`TILED`], plus the weight gradient,
+/// plus the budget, plus 2 MiB for what the tiles add around it (the input gradient is
+/// copied when a tile's gradient is added into it; measured on llvmpipe: a rise of
+/// 10.9 MiB, 0.5 MiB above the plan's workspace and the required tensors).
+fn tiled_bound() -> u64 {
+    let (x_dims, w_dims) = TILED;
+    let image = x_dims.iter().product::<usize>() as u64 * 4;
+    3 * image + w_dims.iter().product::<usize>() as u64 * 4 + BUDGET_MIB as u64 * MIB + 2 * MIB
+}
+
+/// Sets the budget and returns the plan `Lean` follows for [`TILED`].
+fn tiled_plan() -> ConvPlan {
+    ConvBudget::set_global(ConvBudget::from_mib(BUDGET_MIB));
+    let (x_dims, w_dims) = TILED;
+    conv2d_plan::<Cube>(x_dims, w_dims, &ConvOptions::new([1, 1], [3, 3], [1, 1], 1), 4)
+}
+
+/// Row tiles: one image whose column matrix alone needs about 4× the budget is cut into
+/// tiles of output rows, and the reserve stays within the budget plus required tensors.
+#[test]
+fn one_image_over_the_budget_runs_in_row_tiles_within_it() {
+    let _guard = exclusive_device();
+    let device = exact_pool_device();
+    let plan = tiled_plan();
+    assert!(plan.workspace_bytes_per_image >= 4 * plan.budget_bytes - plan.budget_bytes / 8, "{plan:?}");
+    assert!(plan.row_tiles > 1 && plan.fits_budget(), "{plan:?}");
+
+    let rise = tiled_reserve_rise(&device, None);
+    println!("{plan:?}; reserve rose {rise} B; bound {} B", tiled_bound());
+    assert!(rise <= tiled_bound(), "row tiles raised the reserve by {rise} B, bound {} B", tiled_bound());
+}
+
+/// The control: one image's untiled workspace as a transient on top of the same work
+/// breaks the same bound, so the measurement would catch a convolution that does not tile.
+#[test]
+fn control_an_untiled_image_breaks_the_row_tile_bound() {
+    let _guard = exclusive_device();
+    let device = exact_pool_device();
+    let plan = tiled_plan();
+    let rise = tiled_reserve_rise(&device, Some(plan.workspace_bytes_per_image));
+    println!("with an untiled image's workspace: reserve rose {rise} B; bound {} B", tiled_bound());
+    assert!(rise > tiled_bound(), "an untiled workspace raised the reserve by only {rise} B");
 }

@@ -1,4 +1,4 @@
-//! conv2d gradients, chunked like the forward:
+//! conv2d gradients, chunked like the forward (by images, or by row tiles of one image):
 //! - input: GEMM of the weightsᵀ with the output gradient → col2im into the chunk;
 //! - weight: GEMM of the output gradient with im2col(x), accumulated over chunks.
 
@@ -6,28 +6,40 @@ use burn::tensor::Tensor;
 use burn_backend::ops::ConvOptions;
 use burn_backend::tensor::FloatTensor;
 
+use std::ops::Range;
+
+use leanburn_kernels::ConvGeometry;
+
+use super::rows::row_tiles;
 use super::{chunks, contiguous, conv_geometry, float, plan_chunk, ChunkedConv};
 
-/// The output gradient of images `start .. start + len` as `[groups, out/groups, len · pixels]`.
-fn grad_columns<B: ChunkedConv>(output_grad: &Tensor<B, 4>, start: usize, len: usize, groups: usize) -> Tensor<B, 3> {
-    let [_, out_channels, out_h, out_w] = output_grad.dims();
-    contiguous(output_grad.clone().slice([start..start + len]))
-        .reshape([len, out_channels, out_h * out_w])
-        .swap_dims(0, 1)
-        .reshape([groups, out_channels / groups, len * out_h * out_w])
+/// A part of the output gradient (`[len, out, rows, out_w]`: whole images or one image's
+/// row tile) as `[groups, out/groups, len · rows · out_w]`.
+fn grad_columns<B: ChunkedConv>(part: Tensor<B, 4>, groups: usize) -> Tensor<B, 3> {
+    let [len, out_channels, rows, out_w] = part.dims();
+    contiguous(part).reshape([len, out_channels, rows * out_w]).swap_dims(0, 1).reshape([
+        groups,
+        out_channels / groups,
+        len * rows * out_w,
+    ])
 }
 
-/// The output gradient of images `start .. start + len` as
-/// `[groups, len · pixels, out/groups]` (contiguous).
-fn grad_rows<B: ChunkedConv>(output_grad: &Tensor<B, 4>, start: usize, len: usize, groups: usize) -> Tensor<B, 3> {
-    let [_, out_channels, out_h, out_w] = output_grad.dims();
+/// A part of the output gradient (`[len, out, rows, out_w]`) as
+/// `[groups, len · rows · out_w, out/groups]` (contiguous).
+fn grad_rows<B: ChunkedConv>(part: Tensor<B, 4>, groups: usize) -> Tensor<B, 3> {
+    let [len, out_channels, rows, out_w] = part.dims();
     let out_per_group = out_channels / groups;
-    let chunk = contiguous(output_grad.clone().slice([start..start + len]));
-    chunk.reshape([len, groups, out_per_group, out_h * out_w]).permute([1, 0, 3, 2]).reshape([
+    contiguous(part).reshape([len, groups, out_per_group, rows * out_w]).permute([1, 0, 3, 2]).reshape([
         groups,
-        len * out_h * out_w,
+        len * rows * out_w,
         out_per_group,
     ])
+}
+
+/// Output rows `rows` of image `image` of the output gradient.
+fn tile_of<B: ChunkedConv>(output_grad: &Tensor<B, 4>, image: usize, rows: Range<usize>) -> Tensor<B, 4> {
+    let [_, out_channels, _, _] = output_grad.dims();
+    output_grad.clone().slice([image..image + 1, 0..out_channels, rows])
 }
 
 pub(crate) fn conv2d_x_backward<B: ChunkedConv>(
@@ -48,15 +60,32 @@ pub(crate) fn conv2d_x_backward<B: ChunkedConv>(
     let groups = options.groups;
     let pixels = geometry.col_cols_per_image();
     let rows_per_group = geometry.col_rows() / groups;
-    let chunk = plan_chunk::<B>(&geometry, batch, out_channels, pixels, dtype.size()).images_per_chunk;
+    let plan = plan_chunk::<B>(&geometry, batch, out_channels, dtype.size());
 
     // [groups, rows per group, out per group]
     let weights_t = contiguous(weight.reshape([groups, out_channels / groups, rows_per_group]).swap_dims(1, 2));
+    let columns_of = |grad: Tensor<B, 3>, cols: usize| {
+        weights_t.clone().matmul(grad).reshape([geometry.col_rows(), cols]).into_primitive().tensor()
+    };
+    if plan.row_tiles > 1 {
+        // Tiles overlap in the input: their gradients are added into a zeroed one.
+        let mut x_grad = Tensor::<B, 4>::zeros(x_dims, (&device, dtype));
+        for image in 0..batch {
+            for tile in row_tiles(&geometry, plan.rows_per_tile) {
+                let grad = grad_columns(tile_of(&output_grad, image, tile.out_rows.clone()), groups);
+                let columns = columns_of(grad, tile.geometry.col_cols_per_image());
+                let [_, channels, _, in_w] = x_dims;
+                let empty = Tensor::<B, 4>::empty([1, channels, tile.geometry.in_h, in_w], (&device, dtype));
+                let tile_grad = B::col2im(columns, empty.into_primitive().tensor(), &tile.geometry, 0, 1);
+                x_grad = tile.add_into(x_grad, float::<B, 4>(tile_grad), image);
+            }
+        }
+        return x_grad.into_primitive().tensor();
+    }
     let mut x_grad = Tensor::<B, 4>::empty(x_dims, (&device, dtype)).into_primitive().tensor();
-    for (start, len) in chunks(batch, chunk) {
-        let grad = grad_columns(&output_grad, start, len, groups);
-        let columns = weights_t.clone().matmul(grad).reshape([geometry.col_rows(), len * pixels]);
-        x_grad = B::col2im(columns.into_primitive().tensor(), x_grad, &geometry, start, len);
+    for (start, len) in chunks(batch, plan.images_per_chunk) {
+        let grad = grad_columns(output_grad.clone().slice([start..start + len]), groups);
+        x_grad = B::col2im(columns_of(grad, len * pixels), x_grad, &geometry, start, len);
     }
     x_grad
 }
@@ -76,22 +105,38 @@ pub(crate) fn conv2d_weight_backward<B: ChunkedConv>(
     let [batch, ..] = x.dims();
     let [out_channels, ..] = weight_dims;
     let groups = options.groups;
-    let pixels = geometry.col_cols_per_image();
     let rows_per_group = geometry.col_rows() / groups;
-    let chunk = plan_chunk::<B>(&geometry, batch, out_channels, pixels, x.dtype().size()).images_per_chunk;
+    let plan = plan_chunk::<B>(&geometry, batch, out_channels, x.dtype().size());
 
-    let x = x.into_primitive().tensor();
+    // The transposed weight gradient, so both GEMM operands are contiguous without
+    // copying the (large) column matrix: [groups, rows per group, out per group].
+    let part = |image: FloatTensor<B>, geometry: &ConvGeometry, start: usize, len: usize, grad: Tensor<B, 4>| {
+        let columns = float::<B, 2>(B::im2col(image, geometry, start, len)).reshape([
+            groups,
+            rows_per_group,
+            len * geometry.col_cols_per_image(),
+        ]);
+        columns.matmul(grad_rows(grad, groups))
+    };
     let mut weight_grad: Option<Tensor<B, 3>> = None;
-    for (start, len) in chunks(batch, chunk) {
-        let columns =
-            float::<B, 2>(B::im2col(x.clone(), &geometry, start, len)).reshape([groups, rows_per_group, len * pixels]);
-        // The transposed weight gradient, so both GEMM operands are contiguous without
-        // copying the (large) column matrix: [groups, rows per group, out per group].
-        let part = columns.matmul(grad_rows(&output_grad, start, len, groups));
-        weight_grad = Some(match weight_grad {
+    let mut add = |part: Tensor<B, 3>| {
+        weight_grad = Some(match weight_grad.take() {
             Some(sum) => sum + part,
             None => part,
-        });
+        })
+    };
+    if plan.row_tiles > 1 {
+        for image in 0..batch {
+            for tile in row_tiles(&geometry, plan.rows_per_tile) {
+                let input = tile.input(&x, image).into_primitive().tensor();
+                add(part(input, &tile.geometry, 0, 1, tile_of(&output_grad, image, tile.out_rows.clone())));
+            }
+        }
+    } else {
+        let x = x.into_primitive().tensor();
+        for (start, len) in chunks(batch, plan.images_per_chunk) {
+            add(part(x.clone(), &geometry, start, len, output_grad.clone().slice([start..start + len])));
+        }
     }
     weight_grad
         .expect("a convolution has at least one image")

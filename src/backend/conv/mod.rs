@@ -10,6 +10,7 @@ pub(crate) mod backward;
 pub(crate) mod composed;
 mod cube;
 pub(crate) mod forward;
+mod rows;
 pub(crate) mod transpose;
 
 use burn::backend::{Flex, NdArray};
@@ -90,25 +91,33 @@ pub(crate) fn conv_geometry(
 /// transient workspace (column matrix plus GEMM result and its reshaped copy) fits in
 /// the [`ConvBudget`](super::ConvBudget) in force.
 ///
-/// Chunks are whole images: when a single image's workspace exceeds the budget, it runs
-/// alone and the workspace is that one image's ([`ConvPlan::fits_budget`] is then false).
+/// When a single image's workspace exceeds the budget, images run one at a time, each cut
+/// into tiles of output rows (`row_tiles`), as many rows a tile as fit. Only when one
+/// output row alone exceeds the budget does the workspace exceed it
+/// ([`ConvPlan::fits_budget`] is then false). The transposed convolution is chunked by
+/// whole images only.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ConvPlan {
     /// Images in each chunk (the last chunk may have fewer).
     pub images_per_chunk: usize,
     /// Number of chunks the batch is cut into.
     pub chunks: usize,
-    /// Workspace bytes of one image.
+    /// Output rows a tile computes: all of them, unless one image is cut into tiles.
+    pub rows_per_tile: usize,
+    /// Tiles each image is cut into: 1, unless one image's workspace exceeds the budget.
+    pub row_tiles: usize,
+    /// Workspace bytes of one whole image.
     pub workspace_bytes_per_image: usize,
-    /// Workspace bytes of one full chunk: the most `Lean` holds at once for this call.
+    /// Workspace bytes of one full chunk, or of one tile: the most `Lean` holds at once
+    /// for this call.
     pub workspace_bytes: usize,
     /// The budget the plan was made under.
     pub budget_bytes: usize,
 }
 
 impl ConvPlan {
-    /// Whether the workspace stays within the budget (false only when one image alone
-    /// needs more than the budget).
+    /// Whether the workspace stays within the budget (false only when a single output row
+    /// of one image needs more than the budget).
     pub fn fits_budget(&self) -> bool {
         self.workspace_bytes <= self.budget_bytes
     }
@@ -124,27 +133,47 @@ pub fn conv2d_plan<B: ChunkedConv>(
     elem_bytes: usize,
 ) -> ConvPlan {
     let geometry = conv_geometry("conv2d", x_dims, weight_dims, options);
-    plan_chunk::<B>(&geometry, x_dims[0], weight_dims[0], geometry.col_cols_per_image(), elem_bytes)
+    plan_chunk::<B>(&geometry, x_dims[0], weight_dims[0], elem_bytes)
 }
 
 /// The chunking for a convolution whose column matrix is `geometry`'s and whose other
 /// side has `other_channels` channels per image: the columns (times the backend's copies)
-/// plus the GEMM result and its reshaped copy must fit in the budget.
+/// plus the GEMM result and its reshaped copy must fit in the budget; with row tiles, the
+/// tile's input copies too.
 pub(crate) fn plan_chunk<B: ChunkedConv>(
     geometry: &ConvGeometry,
     batch: usize,
     other_channels: usize,
-    pixels: usize,
     elem_bytes: usize,
 ) -> ConvPlan {
-    let per_image = (geometry.col_rows() * B::im2col_copies() + 2 * other_channels) * pixels * elem_bytes;
+    let [out_h, out_w] = geometry.output_size().expect("validated geometry");
+    let per_row = (geometry.col_rows() * B::im2col_copies() + 2 * other_channels) * out_w * elem_bytes;
+    let per_image = per_row * out_h;
     let budget = super::ConvBudget::current();
-    let images_per_chunk = budget.chunk(batch, per_image);
+    if per_image <= budget.bytes() || out_h <= 1 {
+        let images_per_chunk = budget.chunk(batch, per_image);
+        return ConvPlan {
+            images_per_chunk,
+            chunks: batch.max(1).div_ceil(images_per_chunk),
+            rows_per_tile: out_h,
+            row_tiles: 1,
+            workspace_bytes_per_image: per_image,
+            workspace_bytes: per_image * images_per_chunk,
+            budget_bytes: budget.bytes(),
+        };
+    }
+    let tile_bytes = |rows: usize| {
+        let input = geometry.channels * rows::tile_input_rows(geometry, rows) * geometry.in_w * elem_bytes;
+        rows * per_row + rows::TILE_INPUT_COPIES * input
+    };
+    let rows_per_tile = (1..out_h).rev().find(|&rows| tile_bytes(rows) <= budget.bytes()).unwrap_or(1);
     ConvPlan {
-        images_per_chunk,
-        chunks: batch.max(1).div_ceil(images_per_chunk),
+        images_per_chunk: 1,
+        chunks: batch.max(1),
+        rows_per_tile,
+        row_tiles: out_h.div_ceil(rows_per_tile),
         workspace_bytes_per_image: per_image,
-        workspace_bytes: per_image * images_per_chunk,
+        workspace_bytes: tile_bytes(rows_per_tile),
         budget_bytes: budget.bytes(),
     }
 }
