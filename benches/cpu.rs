@@ -18,8 +18,9 @@
 //!
 //! The result is Markdown, ready for `docs/benchmarks.md`.
 
-#[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+/// The examples' allocator and its settings, so that the bench measures what they run.
+#[path = "../examples/common/allocator.rs"]
+mod allocator;
 
 use std::process::Command;
 use std::time::Instant;
@@ -96,6 +97,7 @@ struct Measurement {
 }
 
 fn main() {
+    allocator::keep_freed_memory();
     let args = Args::parse();
     let result = match args.child {
         Some(CpuBackend::Ndarray) => measure::<Autodiff<NdArray>>(&args, "ndarray").map(|m| print_json(&m)),

@@ -71,6 +71,7 @@ struct Args {
 }
 
 fn main() {
+    common::allocator::keep_freed_memory();
     // SAFETY: first thing in main, before any thread exists.
     unsafe { leanburn::select::quiet_headless_vulkan() };
     exit_on_failure(run(Args::parse()));

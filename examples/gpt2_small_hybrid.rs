@@ -135,6 +135,7 @@ struct Args {
 }
 
 fn main() {
+    common::allocator::keep_freed_memory();
     // SAFETY: first thing in main, before any thread exists.
     unsafe { leanburn::select::quiet_headless_vulkan() };
     exit_on_failure(config::parse_with_config::<Args>().and_then(|(args, matches)| run(args, &matches)));

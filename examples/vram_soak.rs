@@ -69,6 +69,7 @@ enum SoakModel {
 }
 
 fn main() {
+    common::allocator::keep_freed_memory();
     // SAFETY: first thing in main, before any thread exists.
     unsafe { leanburn::select::quiet_headless_vulkan() };
     exit_on_failure(run(Args::parse()));

@@ -4,6 +4,7 @@
 //! (`leanburn::runner`).
 #![allow(dead_code)]
 
+pub mod allocator;
 pub mod config;
 
 use std::path::Path;
@@ -21,13 +22,6 @@ use leanburn::trainer::{
     PrecisionConfig, StepReport, TrainerError, TrimPolicy,
 };
 use plotters::prelude::*;
-
-/// The training examples allocate through mimalloc. On the CPU backend a training step
-/// allocates and frees buffers of up to a hundred MiB (the logits), and glibc's malloc
-/// hands each back to the kernel and faults it in again, zeroed, the next step: a third of
-/// the step time at gpt2-mini 8 × 64 (docs/benchmarks.md, "The main job on the CPU").
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum Mode {
