@@ -306,14 +306,7 @@ impl Progress {
                 if let Some((sampler, highest)) = &self.in_step {
                     // Taken every step, so that the first step's readings are dropped.
                     if let (Some(reading), false) = (sampler.take(), first) {
-                        highest.set(Some(match highest.get() {
-                            Some(h) => InStepReading {
-                                peak_in_use: h.peak_in_use.max(reading.peak_in_use),
-                                peak_reserved: h.peak_reserved.max(reading.peak_reserved),
-                                readings: h.readings + reading.readings,
-                            },
-                            None => reading,
-                        }));
+                        highest.set(Some(highest.get().map_or(reading, |h| h.max(reading))));
                     }
                 }
                 if !self.timed_first.replace(true) {

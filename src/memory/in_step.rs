@@ -42,6 +42,17 @@ pub struct InStepReading {
     pub readings: u64,
 }
 
+impl InStepReading {
+    /// The higher of both readings' peaks, over both their readings.
+    pub fn max(self, other: Self) -> Self {
+        Self {
+            peak_in_use: self.peak_in_use.max(other.peak_in_use),
+            peak_reserved: self.peak_reserved.max(other.peak_reserved),
+            readings: self.readings + other.readings,
+        }
+    }
+}
+
 #[derive(Default)]
 struct Peaks {
     stop: AtomicBool,

@@ -6,6 +6,7 @@ use burn::tensor::backend::Backend;
 use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElement};
 use burn_fusion::{Fusion, FusionBackend};
 use cubecl::stream_id::StreamId;
+use cubecl::MemoryUsage;
 use serde::{Deserialize, Serialize};
 
 use super::in_step::PoolReader;
@@ -19,6 +20,16 @@ pub struct MemorySample {
     pub bytes_reserved: u64,
     /// Number of live allocations.
     pub allocations: u64,
+}
+
+impl From<MemoryUsage> for MemorySample {
+    fn from(usage: MemoryUsage) -> Self {
+        Self {
+            bytes_in_use: usage.bytes_in_use,
+            bytes_reserved: usage.bytes_reserved,
+            allocations: usage.number_allocs,
+        }
+    }
 }
 
 /// A backend whose device memory can be read.
@@ -51,11 +62,7 @@ where
 {
     fn memory_sample(device: &Self::Device) -> Option<MemorySample> {
         match R::client(device).memory_usage() {
-            Ok(usage) => Some(MemorySample {
-                bytes_in_use: usage.bytes_in_use,
-                bytes_reserved: usage.bytes_reserved,
-                allocations: usage.number_allocs,
-            }),
+            Ok(usage) => Some(MemorySample::from(usage)),
             Err(err) => {
                 tracing::warn!(%err, "memory usage could not be read from the device");
                 None
@@ -73,13 +80,7 @@ where
         // the server reads between the stream's own tasks; it launches and allocates
         // nothing on the stream.
         unsafe { client.set_stream(StreamId::current()) };
-        Some(PoolReader::new(move || {
-            client.memory_usage().ok().map(|usage| MemorySample {
-                bytes_in_use: usage.bytes_in_use,
-                bytes_reserved: usage.bytes_reserved,
-                allocations: usage.number_allocs,
-            })
-        }))
+        Some(PoolReader::new(move || client.memory_usage().ok().map(MemorySample::from)))
     }
 }
 

@@ -2,12 +2,11 @@
 //! - input: GEMM of the weightsᵀ with the output gradient → col2im into the chunk;
 //! - weight: GEMM of the output gradient with im2col(x), accumulated over chunks.
 
+use std::ops::Range;
+
 use burn::tensor::Tensor;
 use burn_backend::ops::ConvOptions;
 use burn_backend::tensor::FloatTensor;
-
-use std::ops::Range;
-
 use leanburn_kernels::ConvGeometry;
 
 use super::rows::row_tiles;
@@ -70,11 +69,11 @@ pub(crate) fn conv2d_x_backward<B: ChunkedConv>(
     if plan.row_tiles > 1 {
         // Tiles overlap in the input: their gradients are added into a zeroed one.
         let mut x_grad = Tensor::<B, 4>::zeros(x_dims, (&device, dtype));
+        let [_, channels, _, in_w] = x_dims;
         for image in 0..batch {
             for tile in row_tiles(&geometry, plan.rows_per_tile) {
                 let grad = grad_columns(tile_of(&output_grad, image, tile.out_rows.clone()), groups);
                 let columns = columns_of(grad, tile.geometry.col_cols_per_image());
-                let [_, channels, _, in_w] = x_dims;
                 let empty = Tensor::<B, 4>::empty([1, channels, tile.geometry.in_h, in_w], (&device, dtype));
                 let tile_grad = B::col2im(columns, empty.into_primitive().tensor(), &tile.geometry, 0, 1);
                 x_grad = tile.add_into(x_grad, float::<B, 4>(tile_grad), image);

@@ -4,7 +4,6 @@
 use burn::tensor::Tensor;
 use burn_backend::ops::ConvOptions;
 use burn_backend::tensor::FloatTensor;
-
 use leanburn_kernels::ConvGeometry;
 
 use super::rows::row_tiles;
