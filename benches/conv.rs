@@ -6,6 +6,11 @@
 //! cargo bench --bench conv -- --backend cuda --set all --batch 32 --dtype bf16
 //! ```
 //!
+//! On CubeCL backends both stacks run by default (`--stack`): Burn's default, fused one
+//! (`Fusion<CubeBackend>`: `Lean`'s pixel moves run as Fusion custom ops) and the unfused
+//! `CubeBackend`, each with `Lean` against stock on that stack; a last table puts `Lean`
+//! over the fused stack beside `Lean` over the unfused one.
+//!
 //! Per shape and per backend: the median wall time of `--reps` timed runs (after
 //! `--warmup` untimed ones, which also absorb CubeCL's autotuning), and how far the device
 //! pool's reserve rose during one run after a trim (the pool's high-water mark, rounded up
@@ -25,6 +30,7 @@ use burn::tensor::backend::Backend;
 use burn::tensor::ops::{ConvOptions, FloatTensor, ModuleOps};
 use burn::tensor::{Distribution, Tensor, TensorPrimitive};
 use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement};
+use burn_fusion::Fusion;
 use clap::{Parser, ValueEnum};
 use leanburn::backend::{conv2d_plan, ChunkedConv, ConvBudget, Lean};
 use leanburn::memory::{format_bytes, MemoryProbe};
@@ -60,6 +66,9 @@ struct Args {
     /// Run only the shapes whose name contains this.
     #[arg(long)]
     only: Option<String>,
+    /// Which CubeCL stacks `Lean` and stock run on (the CPU backend has one).
+    #[arg(long, value_enum, default_value_t = Stack::Both)]
+    stack: Stack,
     /// Accepted for `cargo bench` compatibility.
     #[arg(long, hide = true)]
     bench: bool,
@@ -69,7 +78,20 @@ struct Args {
 enum ShapeSet {
     Resnet50,
     Large,
+    /// ResNet-50's and the large ones.
     All,
+    /// The convolutions of the CNN example's `--net resnet18 --widths 32,64,128,256` on
+    /// 64 × 64 images (at `--batch`).
+    Resnet18At64,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
+enum Stack {
+    /// Burn's default `Fusion<CubeBackend>`.
+    Fused,
+    /// `CubeBackend` without the fuser.
+    Unfused,
+    Both,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
@@ -115,7 +137,20 @@ fn shapes(args: &Args) -> Vec<Shape> {
         padding,
     };
     let mut list = Vec::new();
-    if args.set != ShapeSet::Large {
+    if args.set == ShapeSet::Resnet18At64 {
+        list.extend([
+            resnet("r18@64 stem 7x7/2 3-32", 3, 32, 64, 7, 2, 3),
+            resnet("r18@64 l1 3x3 32", 32, 32, 16, 3, 1, 1),
+            resnet("r18@64 l2 3x3/2 32-64", 32, 64, 16, 3, 2, 1),
+            resnet("r18@64 l2 1x1/2 32-64", 32, 64, 16, 1, 2, 0),
+            resnet("r18@64 l2 3x3 64", 64, 64, 8, 3, 1, 1),
+            resnet("r18@64 l3 3x3/2 64-128", 64, 128, 8, 3, 2, 1),
+            resnet("r18@64 l3 3x3 128", 128, 128, 4, 3, 1, 1),
+            resnet("r18@64 l4 3x3/2 128-256", 128, 256, 4, 3, 2, 1),
+            resnet("r18@64 l4 3x3 256", 256, 256, 2, 3, 1, 1),
+        ]);
+    }
+    if matches!(args.set, ShapeSet::Resnet50 | ShapeSet::All) {
         list.extend([
             resnet("r50.conv1 7x7/2", 3, 64, 224, 7, 2, 3),
             resnet("r50.l1 1x1 64-64", 64, 64, 56, 1, 1, 0),
@@ -129,7 +164,7 @@ fn shapes(args: &Args) -> Vec<Shape> {
             resnet("r50.l4 1x1 512-2048", 512, 2048, 7, 1, 1, 0),
         ]);
     }
-    if args.set != ShapeSet::Resnet50 {
+    if matches!(args.set, ShapeSet::Large | ShapeSet::All) {
         list.extend([
             large("large 3x3 64 @256²", 16, 64, 64, 256, 3, 1, 1),
             large("large 3x3 32 @128² b128", 128, 32, 32, 128, 3, 1, 1),
@@ -250,11 +285,12 @@ fn memory(bytes: Option<u64>) -> String {
     bytes.map_or_else(|| "n/a".to_string(), |b| format_bytes(b as f64))
 }
 
-fn run<B: ChunkedConv + MemoryProbe>(args: &Args, device: B::Device, elem_bytes: usize, label: &str) {
+/// Runs the table on `B`; returns `Lean`'s median time per shape.
+fn run<B: ChunkedConv + MemoryProbe>(args: &Args, device: B::Device, elem_bytes: usize, label: &str) -> Vec<Duration> {
     let list = shapes(args);
     let tolerance = args.tolerance.unwrap_or(match elem_bytes {
         4 => 1e-4,
-        _ if label == "bf16" => 4e-2,
+        _ if label.starts_with("bf16") => 4e-2,
         _ => 1e-2,
     });
     ConvBudget::set_global(ConvBudget::from_mib(args.budget_mib));
@@ -272,6 +308,7 @@ fn run<B: ChunkedConv + MemoryProbe>(args: &Args, device: B::Device, elem_bytes:
     println!("|---|---|---|---|---|---|---|---|---|");
     let mut over_budget = 0;
     let mut wrong = 0;
+    let mut lean_times = Vec::with_capacity(list.len());
     for shape in &list {
         eprintln!("… {} (batch {})", shape.name, shape.batch);
         let stock = measure::<B>(shape, args, &device);
@@ -307,6 +344,7 @@ fn run<B: ChunkedConv + MemoryProbe>(args: &Args, device: B::Device, elem_bytes:
             error,
             if within { "" } else { " **over tolerance**" },
         );
+        lean_times.push(lean.median);
     }
     if over_budget > 0 {
         println!(
@@ -318,11 +356,31 @@ fn run<B: ChunkedConv + MemoryProbe>(args: &Args, device: B::Device, elem_bytes:
         eprintln!("error: {wrong} shape(s) differ from stock beyond {tolerance:.0e}");
         std::process::exit(1);
     }
+    lean_times
 }
 
 fn run_cube<R: CubeRuntime, BT: BoolElement>(args: &Args, device: R::Device) {
     fn typed<R: CubeRuntime, F: FloatElement, BT: BoolElement>(args: &Args, device: R::Device, label: &str) {
-        run::<CubeBackend<R, F, i32, BT>>(args, device, core::mem::size_of::<F>(), label);
+        let bytes = core::mem::size_of::<F>();
+        let fused = (args.stack != Stack::Unfused).then(|| {
+            run::<Fusion<CubeBackend<R, F, i32, BT>>>(args, device.clone(), bytes, &format!("{label}, fused"))
+        });
+        let unfused = (args.stack != Stack::Fused)
+            .then(|| run::<CubeBackend<R, F, i32, BT>>(args, device, bytes, &format!("{label}, unfused")));
+        if let (Some(fused), Some(unfused)) = (fused, unfused) {
+            println!("\nLean over the fused stack against Lean over the unfused one, {label}\n");
+            println!("| shape | lean fused ms | lean unfused ms | fused/unfused time |");
+            println!("|---|---|---|---|");
+            for ((shape, fused), unfused) in shapes(args).iter().zip(fused).zip(unfused) {
+                println!(
+                    "| {} | {:.1} | {:.1} | {:.2} |",
+                    shape.name,
+                    fused.as_secs_f64() * 1e3,
+                    unfused.as_secs_f64() * 1e3,
+                    fused.as_secs_f64() / unfused.as_secs_f64()
+                );
+            }
+        }
     }
     match args.dtype {
         Precision::F32 => typed::<R, f32, BT>(args, device, "f32"),
@@ -351,7 +409,7 @@ fn main() {
             if args.dtype != Precision::F32 {
                 eprintln!("note: the CPU backend runs f32");
             }
-            run::<NdArray>(&args, Default::default(), 4, "f32")
+            run::<NdArray>(&args, Default::default(), 4, "f32");
         }
     }
 }

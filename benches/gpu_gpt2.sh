@@ -29,45 +29,15 @@
 # Per case: NAME.log (all output) and a line in summary.tsv; the example's metrics and
 # validation files are collected into results.tar.gz.
 #
-# CubeCL compiles every kernel with NVRTC on first use and autotunes matmuls, reductions
-# and fused kernels; on a fresh machine that cold start takes minutes. The script keeps
-# both caches in one folder (a `cubecl.toml` in the working folder points them there),
-# restores it from .gpu/cubecl-cache.tar.gz when that exists and writes it back to
-# $OUT/cubecl-cache.tar.gz, so a second session starts warm. AUTOTUNE (default balanced,
-# Burn's own default) sets CubeCL's autotune level: minimal | balanced | extensive | full.
+# The kernel cache, NVRTC's library path and the environment record come from
+# benches/gpu_setup.sh (restored from .gpu/cubecl-cache.tar.gz when that exists, written
+# back to $OUT/cubecl-cache.tar.gz, so a second session starts warm).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 OUT=${OUT:-$PWD/gpu-out}
-RUNS=/tmp/leanburn-runs
-WORK=/tmp/leanburn-work
-CACHE=/tmp/cubecl-cache
-mkdir -p "$OUT/logs" "$RUNS" "$WORK" "$CACHE"
-for packed in .gpu/*.gz; do
-  [ -e "$packed" ] && gunzip -f "$packed"
-done
+. benches/gpu_setup.sh
 chmod +x .gpu/gpt2_small_hybrid
-[ -e .gpu/cubecl-cache.tar ] && tar -C "$CACHE" -xf .gpu/cubecl-cache.tar
-cat >"$WORK/cubecl.toml" <<TOML
-[compilation]
-cache = { file = "$CACHE" }
-
-[autotune]
-level = "${AUTOTUNE:-balanced}"
-cache = { file = "$CACHE" }
-TOML
-
-# NVRTC (cubecl-cuda compiles kernels at run time) may live in the toolkit or in pip's
-# nvidia-cuda-nvrtc package; put every directory holding it on the library path.
-nvrtc_dirs=$(find /usr/local/cuda*/lib64 /usr/local/cuda*/targets/*/lib /usr/lib/x86_64-linux-gnu \
-  /opt/torch/.venv/lib/python3*/site-packages/nvidia -name 'libnvrtc.so*' -not -path '*/stubs/*' -printf '%h\n' 2>/dev/null | sort -u | paste -sd:)
-export LD_LIBRARY_PATH="${nvrtc_dirs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-{
-  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
-  echo "nvrtc: ${nvrtc_dirs:-not found}"
-  echo "autotune level: ${AUTOTUNE:-balanced}; cached kernels at start: $(find "$CACHE" -type f | wc -l) files"
-  python3 -c 'import torch; print("torch", torch.__version__)' 2>&1
-} | tee "$OUT/logs/environment.txt"
 
 if [ $# -eq 0 ]; then
   lean=--mode,full,--steps,60,--eval-every,1000,--eval-batches,1,--checkpoint-every,1000
@@ -138,7 +108,6 @@ for name, seconds, code, peak, idle in rows:
 PY
 
 tar -C "$OUT" -czf "$OUT/results.tar.gz" logs && rm -rf "$OUT/logs"
-echo "cache: $(find "$CACHE" -type f | wc -l) files, $(du -sh "$CACHE" | cut -f1)"
-tar -C "$CACHE" -czf "$OUT/cubecl-cache.tar.gz" .
+save_kernel_cache
 echo
 cat "$OUT/summary.tsv"

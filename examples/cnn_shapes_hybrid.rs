@@ -6,8 +6,15 @@
 //! cargo run --release --example cnn_shapes_hybrid                      # best backend, defaults
 //! cargo run --release --example cnn_shapes_hybrid -- --mode full      # the all-full baseline
 //! cargo run --release --example cnn_shapes_hybrid -- --resolution 128 --batch 64
+//! cargo run --release --example cnn_shapes_hybrid -- --net resnet18 --resolution 64
+//! cargo run --release --example cnn_shapes_hybrid -- --conv stock     # Burn's own convolutions
 //! cargo run --release --example cnn_shapes_hybrid -- --resume         # continue a run
 //! ```
+//!
+//! Two networks (`--net`): `plain`, blocks of 3×3 convolution, batch norm, ReLU and max
+//! pooling (`leanburn::model::ConvClassifier`); `resnet18`, ResNet-18's layout (7×7
+//! stride-2 stem, four stages of two basic blocks, stride-2 downsampling, batch norm;
+//! `leanburn::model::ResNet`), its stage widths from `--widths` (default 64,128,256,512).
 //!
 //! The task: name the shape in each image (circle, square, triangle or line), drawn at a
 //! random position, size and colour over a random background with pixel noise, generated
@@ -21,19 +28,19 @@ mod common;
 
 use std::path::PathBuf;
 
-use burn::module::{AutodiffModule, Module};
 use burn::optim::AdamConfig;
-use clap::{ArgMatches, CommandFactory, Parser};
+use burn::prelude::{Int, Tensor};
+use clap::{ArgMatches, CommandFactory, Parser, ValueEnum};
 use common::{
     bad_input, config, exit_on_failure, init_kernel_cache, open_run, plot_runs, run_settings, start_trainer, summary,
     train, ExecutionArgs, Failure, Mode, Start,
 };
 use leanburn::backend::ConvBudget;
 use leanburn::data::{shapes_validation, ImageBatch, ShapeSampler, SHAPE_CLASSES};
-use leanburn::model::{ConvClassifier, ConvClassifierConfig};
+use leanburn::model::{ConvClassifier, ConvClassifierConfig, Evaluation, ResNet, ResNetConfig};
 use leanburn::runner::{RunDir, RunOutcome, Validation};
 use leanburn::select::{select, BackendArgs, BackendJob, TrainBackend};
-use leanburn::trainer::HybridConfig;
+use leanburn::trainer::{ForwardLoss, HybridConfig, HybridModel};
 
 #[derive(Parser, Debug, Clone)]
 #[command(about = "Train a conv net on generated shape images with HybridTrainer on the Lean backend")]
@@ -59,9 +66,17 @@ struct Args {
     /// Image side in pixels (at least 2^blocks).
     #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u64).range(8..=4096))]
     resolution: u64,
-    /// Output channels of each conv block, comma-separated; each block halves the side.
-    #[arg(long, value_delimiter = ',', default_values_t = [16, 32, 64])]
-    widths: Vec<usize>,
+    /// The network: plain conv blocks or ResNet-18's layout.
+    #[arg(long, value_enum, default_value_t = Net::Plain)]
+    net: Net,
+    /// Output channels of each conv block (plain; each halves the side; default 16,32,64)
+    /// or of each ResNet stage (default 64,128,256,512), comma-separated.
+    #[arg(long, value_delimiter = ',')]
+    widths: Option<Vec<usize>>,
+    /// Whose convolutions run: leanburn's budgeted ones (`Autodiff<Lean<B>>`) or stock
+    /// Burn's (`Autodiff<B>`), the baseline.
+    #[arg(long, value_enum, default_value_t = ConvPath::Lean)]
+    conv: ConvPath,
     /// Peak Adam learning rate (linear warmup over 10% of the steps, cosine decay to a tenth).
     #[arg(long, default_value_t = 3e-3)]
     lr: f64,
@@ -96,6 +111,72 @@ struct Args {
     seed: u64,
 }
 
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Net {
+    Plain,
+    Resnet18,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum ConvPath {
+    Lean,
+    Stock,
+}
+
+/// The network `--net` and `--widths` ask for, checked.
+#[derive(Clone, Debug)]
+enum NetConfig {
+    Plain(ConvClassifierConfig),
+    ResNet(ResNetConfig),
+}
+
+impl NetConfig {
+    fn new(net: Net, widths: Option<Vec<usize>>) -> Result<Self, Failure> {
+        if let Some(widths) = &widths {
+            if widths.is_empty() || widths.contains(&0) {
+                return Err(bad_input(format!("--widths must be positive channel counts, got {widths:?}")));
+            }
+        }
+        Ok(match net {
+            Net::Plain => {
+                let config = ConvClassifierConfig::new().with_classes(SHAPE_CLASSES);
+                Self::Plain(match widths {
+                    Some(widths) => config.with_widths(widths),
+                    None => config,
+                })
+            }
+            Net::Resnet18 => {
+                let config = ResNetConfig::new().with_classes(SHAPE_CLASSES);
+                Self::ResNet(match widths {
+                    Some(widths) => config.with_widths(widths),
+                    None => config,
+                })
+            }
+        })
+    }
+
+    fn widths(&self) -> &[usize] {
+        match self {
+            Self::Plain(config) => &config.widths,
+            Self::ResNet(config) => &config.widths,
+        }
+    }
+
+    fn min_resolution(&self) -> usize {
+        match self {
+            Self::Plain(config) => config.min_resolution(),
+            Self::ResNet(config) => config.min_resolution(),
+        }
+    }
+
+    fn describe(&self) -> String {
+        match self {
+            Self::Plain(config) => format!("conv net (widths {:?})", config.widths),
+            Self::ResNet(config) => format!("ResNet-18-style net (stage widths {:?})", config.widths),
+        }
+    }
+}
+
 fn main() {
     common::allocator::keep_freed_memory();
     // SAFETY: first thing in main, before any thread exists.
@@ -106,21 +187,22 @@ fn main() {
 /// Everything a run needs, settled before any device work.
 struct Plan {
     args: Args,
-    config: ConvClassifierConfig,
+    config: NetConfig,
     dir: RunDir,
     validation: Vec<ImageBatch>,
 }
 
 fn run(args: Args, matches: &ArgMatches) -> Result<(), Failure> {
-    let config = ConvClassifierConfig::new().with_widths(args.widths.clone()).with_classes(SHAPE_CLASSES);
-    if args.widths.is_empty() || args.widths.contains(&0) {
-        return Err(bad_input(format!("--widths must be positive channel counts, got {:?}", args.widths)));
-    }
+    let config = NetConfig::new(args.net, args.widths.clone())?;
     if (args.resolution as usize) < config.min_resolution() {
         return Err(bad_input(format!(
-            "--resolution {} is too small for {} blocks, which halve it each: at least {}",
+            "--resolution {} is too small for {} {}: at least {}",
             args.resolution,
-            args.widths.len(),
+            config.widths().len(),
+            match config {
+                NetConfig::Plain(_) => "blocks, which halve it each",
+                NetConfig::ResNet(_) => "stages (the stem divides it by 4, each later stage by 2)",
+            },
             config.min_resolution()
         )));
     }
@@ -145,8 +227,12 @@ fn run(args: Args, matches: &ArgMatches) -> Result<(), Failure> {
     let validation =
         shapes_validation(resolution, (args.batch as usize).min(64), args.eval_batches as usize, args.seed)
             .map_err(|e| bad_input(e.to_string()))?;
-    let (out, mode, checkpointing) = (args.out.clone(), args.mode, args.execution.checkpointing);
-    let (summary, outcome) = selection.run_lean_with(Plan { args, config, dir, validation }, checkpointing)?;
+    let (out, mode, checkpointing, conv) = (args.out.clone(), args.mode, args.execution.checkpointing, args.conv);
+    let plan = Plan { args, config, dir, validation };
+    let (summary, outcome) = match conv {
+        ConvPath::Lean => selection.run_lean_with(plan, checkpointing)?,
+        ConvPath::Stock => selection.run_with(plan, checkpointing)?,
+    };
     println!("{summary}");
     plot_runs(&out, mode, &outcome, "cnn", "CNN on shapes");
     Ok(())
@@ -156,10 +242,36 @@ impl BackendJob for Plan {
     type Output = Result<(String, RunOutcome), Failure>;
 
     fn run<B: TrainBackend>(self, device: B::Device) -> Self::Output {
+        B::seed(&device, self.args.seed);
+        match &self.config {
+            NetConfig::Plain(config) => {
+                let model: ConvClassifier<B> = config.init(&device);
+                self.train(model, device, |model, batches| model.evaluate(batches))
+            }
+            NetConfig::ResNet(config) => {
+                let model: ResNet<B> = config.init(&device);
+                self.train(model, device, |model, batches| model.evaluate(batches))
+            }
+        }
+    }
+}
+
+type Labelled<B> = (Tensor<B, 4>, Tensor<B, 1, Int>);
+
+impl Plan {
+    /// Trains `model`, validating its inference copy with `evaluate`.
+    fn train<B, M>(
+        self,
+        model: M,
+        device: B::Device,
+        evaluate: impl Fn(&M::InnerModule, Vec<Labelled<B::InnerBackend>>) -> Evaluation,
+    ) -> Result<(String, RunOutcome), Failure>
+    where
+        B: TrainBackend,
+        M: HybridModel<B, Labelled<B>> + ForwardLoss<B, Input = Labelled<B>>,
+    {
         let args = &self.args;
         let steps = args.steps as usize;
-        B::seed(&device, args.seed);
-        let model: ConvClassifier<B> = self.config.init(&device);
         let parameters = model.num_params();
         let start = Start {
             mode: args.mode,
@@ -174,9 +286,9 @@ impl BackendJob for Plan {
         let resolution = args.resolution as usize;
         let header = |first: usize| {
             format!(
-                "training a {parameters}-parameter conv net (widths {:?}) on {} for steps {}..{steps} ({} mode): \
-                 batch {} of {resolution}×{resolution} images{}, {}-MiB conv workspace{}{}",
-                args.widths,
+                "training a {parameters}-parameter {} on {} for steps {}..{steps} ({} mode): \
+                 batch {} of {resolution}×{resolution} images{}, {}{}{}",
+                self.config.describe(),
                 B::name(&device),
                 first + 1,
                 args.mode.name(),
@@ -185,7 +297,10 @@ impl BackendJob for Plan {
                     1 => String::new(),
                     k => format!(" × {k} micro-batches (effective batch {})", args.batch * k),
                 },
-                ConvBudget::current().bytes() >> 20,
+                match args.conv {
+                    ConvPath::Lean => format!("{}-MiB conv workspace", ConvBudget::current().bytes() >> 20),
+                    ConvPath::Stock => "stock Burn convolutions".to_string(),
+                },
                 args.execution.describe_checkpointing(),
                 args.execution.describe_precision(),
             )
@@ -196,8 +311,8 @@ impl BackendJob for Plan {
             .with_noise(args.noise);
         let next_batch = || Ok(sampler.sample());
         let to_device = |batch: ImageBatch| batch.into_device::<B>(&device);
-        let validate = |model: &ConvClassifier<B>| {
-            let evaluation = model.valid().evaluate(self.validation.iter().map(|b| b.to_device(&device)));
+        let validate = |model: &M| {
+            let evaluation = evaluate(&model.valid(), self.validation.iter().map(|b| b.to_device(&device)).collect());
             Validation { loss: evaluation.loss, accuracy: Some(evaluation.accuracy) }
         };
         let outcome = train(
@@ -211,7 +326,7 @@ impl BackendJob for Plan {
             to_device,
             validate,
         )?;
-        let title = format!("conv net on shapes ({} mode) on {}", args.mode.name(), B::name(&device));
+        let title = format!("{} on shapes ({} mode) on {}", self.config.describe(), args.mode.name(), B::name(&device));
         Ok((summary(&title, &outcome, &self.dir, "images"), outcome))
     }
 }

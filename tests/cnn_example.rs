@@ -102,6 +102,29 @@ fn bad_input_is_refused_and_overwrites_nothing() {
     assert_eq!(read(&out.join("metrics-full.jsonl")), metrics, "a refused run must not touch the files");
 }
 
+/// `--net resnet18` trains, on `Lean`'s convolutions and with `--conv stock` on Burn's
+/// (the stack's name in the summary tells which ran), and is refused below the
+/// resolution its four stages need.
+#[test]
+fn resnet18_trains_on_either_convolution_path() {
+    let out = scratch("resnet");
+    let net = ["--net", "resnet18", "--widths", "4,8,8,8", "--resolution", "32", "--mode", "full", "--steps", "3"];
+    let lean = cpu_run(&out.join("lean"), &net);
+    assert!(lean.status.success(), "{}", text(&lean));
+    let stdout = String::from_utf8_lossy(&lean.stdout);
+    assert!(stdout.contains("ResNet-18-style net (stage widths [4, 8, 8, 8])"), "{}", text(&lean));
+    assert!(stdout.contains("on autodiff<lean<"), "the default path is Lean's: {}", text(&lean));
+    assert_eq!(read(&out.join("lean/metrics-full.jsonl")).lines().count(), 3);
+
+    let stock = cpu_run(&out.join("stock"), &[&net[..], &["--conv", "stock"]].concat());
+    assert!(stock.status.success(), "{}", text(&stock));
+    let stdout = String::from_utf8_lossy(&stock.stdout);
+    assert!(stdout.contains("ResNet-18-style net") && !stdout.contains("lean<"), "{}", text(&stock));
+
+    let too_small = cpu_run(&out.join("small"), &["--net", "resnet18", "--widths", "4,8,8,8", "--resolution", "16"]);
+    assert_fails(&too_small, "too small for 4 stages");
+}
+
 #[test]
 fn the_soak_prints_the_report_and_a_flat_verdict() {
     let mut command = example("vram_soak");

@@ -19,7 +19,7 @@ use burn::tensor::{Tensor, TensorData, TensorPrimitive};
 use burn_backend::ops::{ConvOptions, ConvTransposeOptions, ModuleOps};
 use burn_backend::Backend;
 use burn_cubecl::CubeBackend;
-use leanburn::backend::{conv2d_plan, ChunkedConv, ConvBudget, Lean};
+use leanburn::backend::{conv2d_plan, conv_transpose2d_plan, ChunkedConv, ConvBudget, ConvPlan, Lean};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
@@ -30,8 +30,8 @@ type CubeBf16 = CubeBackend<WgpuRuntime, half::bf16, i32, u32>;
 const F32_TOLERANCE: f32 = 1e-4;
 /// Shapes per comparison on the wgpu runtime. Every new shape costs llvmpipe seconds of
 /// kernel compilation and CubeCL matmul autotuning (10 to 20 s each from cold caches), so
-/// CI runs 12 (kernel path), 8 (transposed), 6 (fused wgpu, f16, bf16); [`assert_covers`] fails if a count is too
-/// small to reach every feature. `LEANBURN_CONV_CASES=300` runs the full sweep (about
+/// CI runs 12 (kernel path), 8 (transposed), 8 (fused wgpu), 6 (fused transposed, f16,
+/// bf16); [`assert_covers`] fails if a count is too small to reach every feature. `LEANBURN_CONV_CASES=300` runs the full sweep (about
 /// 20 minutes on 2 cores); the CPU (`Flex`) comparisons always run 300 and 100.
 fn wgpu_cases(default: usize) -> usize {
     std::env::var("LEANBURN_CONV_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(default)
@@ -152,14 +152,10 @@ fn assert_close(what: &str, case_index: usize, case: &Case, got: &[f32], want: &
 
 /// Fails unless the drawn cases reach every feature of the convolution that `Lean`
 /// handles itself, so that the reduced counts CI runs on wgpu still cover them all.
-/// `chunked`: also require a case cut into several chunks and one whose chunk holds
-/// several images (checked against the plan `conv2d` follows).
-fn assert_covers<B: ChunkedConv>(drawn: &[Case], chunked: bool) {
+/// `plans` (the plans `Lean` followed, one per case): also require a case cut into several
+/// chunks, one whose chunk holds several images and one cut into row tiles.
+fn assert_covers(drawn: &[Case], plans: Option<&[ConvPlan]>) {
     let any = |feature: &dyn Fn(&Case) -> bool| drawn.iter().any(feature);
-    let plan = |c: &Case| {
-        let weight = [c.out_channels, c.in_channels / c.groups, c.kernel[0], c.kernel[1]];
-        conv2d_plan::<B>([c.batch, c.in_channels, c.size[0], c.size[1]], weight, &c.options(), 4)
-    };
     let mut features = vec![
         ("groups > 1", any(&|c| c.groups > 1)),
         ("stride > 1", any(&|c| c.stride.iter().any(|&s| s > 1))),
@@ -168,10 +164,11 @@ fn assert_covers<B: ChunkedConv>(drawn: &[Case], chunked: bool) {
         ("a non-square kernel", any(&|c| c.kernel[0] != c.kernel[1])),
         ("a non-square image", any(&|c| c.size[0] != c.size[1])),
     ];
-    if chunked {
-        features.push(("several chunks", any(&|c| plan(c).chunks > 1)));
-        features.push(("several images in one chunk", any(&|c| plan(c).images_per_chunk > 1 && c.batch > 1)));
-        features.push(("one image in several row tiles", any(&|c| plan(c).row_tiles > 1)));
+    if let Some(plans) = plans {
+        let any_plan = |feature: &dyn Fn(&ConvPlan, &Case) -> bool| plans.iter().zip(drawn).any(|(p, c)| feature(p, c));
+        features.push(("several chunks", any_plan(&|p, _| p.chunks > 1)));
+        features.push(("several images in one chunk", any_plan(&|p, c| p.images_per_chunk > 1 && c.batch > 1)));
+        features.push(("one image in several row tiles", any_plan(&|p, _| p.row_tiles > 1)));
     }
     let missing: Vec<&str> = features.iter().filter(|(_, hit)| !hit).map(|(name, _)| *name).collect();
     assert!(missing.is_empty(), "{} cases never reach: {missing:?}; draw more or change the seed", drawn.len());
@@ -180,9 +177,16 @@ fn assert_covers<B: ChunkedConv>(drawn: &[Case], chunked: bool) {
 fn compare_conv2d<B: ChunkedConv>(seed: u64, cases: usize, max_channels: usize, device: &B::Device, tolerance: f32) {
     small_budget();
     let mut rng = SmallRng::seed_from_u64(seed);
-    let mut drawn = Vec::with_capacity(cases);
+    let (mut drawn, mut plans) = (Vec::with_capacity(cases), Vec::with_capacity(cases));
     for case_index in 0..cases {
         let case = Case::random(&mut rng, max_channels);
+        let weight = [case.out_channels, case.in_channels / case.groups, case.kernel[0], case.kernel[1]];
+        plans.push(conv2d_plan::<B>(
+            [case.batch, case.in_channels, case.size[0], case.size[1]],
+            weight,
+            &case.options(),
+            4,
+        ));
         let data = conv_data(&mut rng, &case);
         let want = conv2d_all::<NdArray>(&data, &case, &Default::default());
         let got = conv2d_all::<Lean<B>>(&data, &case, device);
@@ -191,7 +195,7 @@ fn compare_conv2d<B: ChunkedConv>(seed: u64, cases: usize, max_channels: usize, 
         }
         drawn.push(case);
     }
-    assert_covers::<B>(&drawn, true);
+    assert_covers(&drawn, Some(&plans));
 }
 
 #[test]
@@ -204,9 +208,10 @@ fn composed_path_on_flex_matches_stock_burn_on_300_random_shapes() {
     compare_conv2d::<Flex>(0x5eed_0002, 300, 64, &Default::default(), F32_TOLERANCE);
 }
 
+/// Burn's default (fused) wgpu stack: the same kernels, queued as Fusion custom ops.
 #[test]
-fn composed_path_on_fused_wgpu_matches_stock_burn() {
-    compare_conv2d::<Wgpu>(0x5eed_0003, wgpu_cases(6), 16, &WgpuDevice::default(), F32_TOLERANCE);
+fn kernel_path_on_fused_wgpu_matches_stock_burn() {
+    compare_conv2d::<Wgpu>(0x5eed_0003, wgpu_cases(8), 32, &WgpuDevice::default(), F32_TOLERANCE);
 }
 
 #[test]
@@ -244,7 +249,7 @@ fn conv_transpose_all<B: Backend>(
 fn compare_conv_transpose2d<B: ChunkedConv>(seed: u64, cases: usize, device: &B::Device) {
     small_budget();
     let mut rng = SmallRng::seed_from_u64(seed);
-    let mut drawn = Vec::with_capacity(cases);
+    let (mut drawn, mut plans) = (Vec::with_capacity(cases), Vec::with_capacity(cases));
     for case_index in 0..cases {
         let (case, padding_out) = loop {
             let case = Case::random(&mut rng, 32);
@@ -258,6 +263,10 @@ fn compare_conv_transpose2d<B: ChunkedConv>(seed: u64, cases: usize, device: &B:
             }
         };
         let options = ConvTransposeOptions::new(case.stride, case.padding, padding_out, case.dilation, case.groups);
+        let x_dims = [case.batch, case.in_channels, case.size[0], case.size[1]];
+        let weight_dims = [case.in_channels, case.out_channels / case.groups, case.kernel[0], case.kernel[1]];
+        // None where the output padding reaches the stride: Lean hands the case to B.
+        let plan = conv_transpose2d_plan::<B>(x_dims, weight_dims, &options, 4);
         // Transposed: weight [in, out / groups, kh, kw], bias [out].
         let data = Data {
             x: values(&mut rng, vec![case.batch, case.in_channels, case.size[0], case.size[1]]),
@@ -271,14 +280,23 @@ fn compare_conv_transpose2d<B: ChunkedConv>(seed: u64, cases: usize, device: &B:
         let want = conv_transpose_all::<NdArray>(&data, &case, &options, &Default::default());
         let got = conv_transpose_all::<Lean<B>>(&data, &case, &options, device);
         assert_close("conv_transpose2d", case_index, &case, &got, &want, F32_TOLERANCE);
-        drawn.push(case);
+        if let Some(plan) = plan {
+            plans.push(plan);
+            drawn.push(case);
+        }
     }
-    assert_covers::<B>(&drawn, false);
+    assert!(drawn.len() * 2 >= cases, "Lean handed most drawn transposed cases to B: {} of {cases} ran", drawn.len());
+    assert_covers(&drawn, Some(&plans));
 }
 
 #[test]
 fn conv_transpose2d_kernel_path_matches_stock_burn() {
     compare_conv_transpose2d::<Cube>(0x5eed_0006, wgpu_cases(8), &WgpuDevice::default());
+}
+
+#[test]
+fn conv_transpose2d_kernel_path_on_fused_wgpu_matches_stock_burn() {
+    compare_conv_transpose2d::<Wgpu>(0x5eed_0008, wgpu_cases(6), &WgpuDevice::default());
 }
 
 #[test]

@@ -15,22 +15,26 @@
 mod common;
 
 use burn::backend::wgpu::{WgpuDevice, WgpuRuntime};
-use burn::backend::Autodiff;
+use burn::backend::{Autodiff, Wgpu};
 use burn::module::Module;
 use burn::optim::{AdamConfig, GradientsParams, Optimizer};
 use burn::prelude::*;
-use burn::tensor::module::conv2d;
-use burn::tensor::ops::ConvOptions;
+use burn::tensor::backend::AutodiffBackend;
+use burn::tensor::module::{conv2d, conv_transpose2d};
+use burn::tensor::ops::{ConvOptions, ConvTransposeOptions};
 use burn::tensor::Distribution;
 use burn_cubecl::CubeBackend;
 use common::{exclusive_device, image_batch, wgpu_device, CLASSES};
-use leanburn::backend::{conv2d_plan, ConvBudget, ConvPlan, Lean};
+use leanburn::backend::{conv2d_plan, conv_transpose2d_plan, ConvBudget, ConvPlan, Lean};
 use leanburn::memory::{MemoryProbe, MemorySample};
 use leanburn::model::SmallCnnConfig;
 use leanburn::select::{init_memory_pool, PoolLayout, Selection};
 
 type Cube = CubeBackend<WgpuRuntime, f32, i32, u32>;
+/// `Lean` over the unfused CubeCL backend: leanburn's kernels called directly.
 type B = Autodiff<Lean<Cube>>;
+/// `Lean` over Burn's default (fused) wgpu backend: the same kernels as Fusion custom ops.
+type Fused = Autodiff<Lean<Wgpu>>;
 
 const MIB: u64 = 1024 * 1024;
 /// Pool-page rounding: two of llvmpipe's smallest (8 MiB) pages.
@@ -45,8 +49,16 @@ const CHANNELS: usize = 4;
 const SIDE: usize = 32;
 const KERNEL: usize = 7;
 
+/// A stack under test: autodiff over `Lean`, on a wgpu device.
+trait Stack: AutodiffBackend<Device = WgpuDevice> + MemoryProbe {}
+impl<T: AutodiffBackend<Device = WgpuDevice> + MemoryProbe> Stack for T {}
+
 fn sample(device: &WgpuDevice) -> MemorySample {
-    B::memory_sample(device).expect("wgpu memory could not be read: nothing would be measured")
+    sample_on::<B>(device)
+}
+
+fn sample_on<T: Stack>(device: &WgpuDevice) -> MemorySample {
+    T::memory_sample(device).expect("wgpu memory could not be read: nothing would be measured")
 }
 
 fn image_bytes() -> u64 {
@@ -61,24 +73,24 @@ fn full_column_bytes() -> u64 {
 /// reserve that held the input and weight, and the gradients (so they count as live).
 /// `transient` (bytes) is allocated and dropped mid-way: the control's stand-in for a
 /// workspace that ignores the budget.
-fn reserve_rise(device: &WgpuDevice, transient: Option<usize>) -> u64 {
-    B::release_unused(device);
+fn reserve_rise<T: Stack>(device: &WgpuDevice, transient: Option<usize>) -> u64 {
+    T::release_unused(device);
     let x =
-        Tensor::<B, 4>::random([BATCH, CHANNELS, SIDE, SIDE], Distribution::Normal(0.0, 1.0), device).require_grad();
-    let weight = Tensor::<B, 4>::random([CHANNELS, CHANNELS, KERNEL, KERNEL], Distribution::Normal(0.0, 0.1), device)
+        Tensor::<T, 4>::random([BATCH, CHANNELS, SIDE, SIDE], Distribution::Normal(0.0, 1.0), device).require_grad();
+    let weight = Tensor::<T, 4>::random([CHANNELS, CHANNELS, KERNEL, KERNEL], Distribution::Normal(0.0, 0.1), device)
         .require_grad();
-    let before = sample(device);
+    let before = sample_on::<T>(device);
 
     let output = conv2d(x.clone(), weight.clone(), None, ConvOptions::new([1, 1], [KERNEL / 2, KERNEL / 2], [1, 1], 1));
     if let Some(bytes) = transient {
-        let workspace = Tensor::<B, 1>::zeros([bytes / 4], device);
-        let _ = sample(device);
+        let workspace = Tensor::<T, 1>::zeros([bytes / 4], device);
+        let _ = sample_on::<T>(device);
         drop(workspace);
     }
     let grads = output.sum().backward();
     let x_grad = x.grad(&grads).expect("input gradient");
     let weight_grad = weight.grad(&grads).expect("weight gradient");
-    let after = sample(device);
+    let after = sample_on::<T>(device);
     assert!(x_grad.dims() == x.dims() && weight_grad.dims() == weight.dims());
     after.bytes_reserved.saturating_sub(before.bytes_reserved)
 }
@@ -95,14 +107,25 @@ fn bound() -> u64 {
 
 #[test]
 fn conv_forward_and_backward_stay_within_budget_plus_required_tensors() {
+    within_budget::<B>("unfused");
+}
+
+/// The same bound over Burn's fused wgpu stack, where the pixel moves are queued as
+/// Fusion custom operations and run when the queue drains.
+#[test]
+fn fused_conv_forward_and_backward_stay_within_budget_plus_required_tensors() {
+    within_budget::<Fused>("fused");
+}
+
+fn within_budget<T: Stack>(stack: &str) {
     let _guard = exclusive_device();
     let device = wgpu_device();
     ConvBudget::set_global(ConvBudget::from_mib(BUDGET_MIB));
     assert!(full_column_bytes() > 240 * MIB, "the shape must need a large column matrix");
 
-    let rise = reserve_rise(&device, None);
+    let rise = reserve_rise::<T>(&device, None);
     println!(
-        "full im2col would be {} MiB; reserve rose {} MiB; bound {} MiB",
+        "{stack}: full im2col would be {} MiB; reserve rose {} MiB; bound {} MiB",
         full_column_bytes() / MIB,
         rise / MIB,
         bound() / MIB
@@ -119,10 +142,20 @@ fn conv_forward_and_backward_stay_within_budget_plus_required_tensors() {
 /// budget would hold, shows up in the same measurement and breaks the same bound.
 #[test]
 fn control_a_workspace_over_budget_breaks_the_bound() {
+    over_budget_is_caught::<B>();
+}
+
+/// The control of the fused stack's bound: a transient queued on it is seen as well.
+#[test]
+fn control_on_the_fused_stack_a_workspace_over_budget_breaks_the_bound() {
+    over_budget_is_caught::<Fused>();
+}
+
+fn over_budget_is_caught<T: Stack>() {
     let _guard = exclusive_device();
     let device = wgpu_device();
     ConvBudget::set_global(ConvBudget::from_mib(BUDGET_MIB));
-    let rise = reserve_rise(&device, Some(64 * MIB as usize));
+    let rise = reserve_rise::<T>(&device, Some(64 * MIB as usize));
     assert!(
         rise > bound(),
         "a 64 MiB transient raised the reserve by only {rise} B (bound {} B): the measurement \
@@ -186,31 +219,31 @@ fn exact_pool_device() -> WgpuDevice {
 
 /// conv2d forward and both gradients of [`TILED`] on `B`: how far the reserve rose above
 /// the one that held the input and weight. `transient` as in [`reserve_rise`].
-fn tiled_reserve_rise(device: &WgpuDevice, transient: Option<usize>) -> u64 {
+fn tiled_reserve_rise<T: Stack>(device: &WgpuDevice, transient: Option<usize>) -> u64 {
     // Once unmeasured first: with cold caches, compiling and autotuning the tiles' kernels
     // holds buffers of its own (in a cold CI run the reserve rose 21.7 MB without this).
-    tiled_work(device, None);
-    B::release_unused(device);
-    tiled_work(device, transient)
+    tiled_work::<T>(device, None);
+    T::release_unused(device);
+    tiled_work::<T>(device, transient)
 }
 
 /// conv2d forward and both gradients of [`TILED`]: the reserve's rise over the one that
 /// held the input and weight.
-fn tiled_work(device: &WgpuDevice, transient: Option<usize>) -> u64 {
+fn tiled_work<T: Stack>(device: &WgpuDevice, transient: Option<usize>) -> u64 {
     let (x_dims, w_dims) = TILED;
-    let x = Tensor::<B, 4>::random(x_dims, Distribution::Normal(0.0, 1.0), device).require_grad();
-    let weight = Tensor::<B, 4>::random(w_dims, Distribution::Normal(0.0, 0.1), device).require_grad();
-    let before = sample(device);
+    let x = Tensor::<T, 4>::random(x_dims, Distribution::Normal(0.0, 1.0), device).require_grad();
+    let weight = Tensor::<T, 4>::random(w_dims, Distribution::Normal(0.0, 0.1), device).require_grad();
+    let before = sample_on::<T>(device);
     let output = conv2d(x.clone(), weight.clone(), None, ConvOptions::new([1, 1], [3, 3], [1, 1], 1));
     if let Some(bytes) = transient {
-        let workspace = Tensor::<B, 1>::zeros([bytes / 4], device);
-        let _ = sample(device);
+        let workspace = Tensor::<T, 1>::zeros([bytes / 4], device);
+        let _ = sample_on::<T>(device);
         drop(workspace);
     }
     let grads = output.sum().backward();
     let (x_grad, weight_grad) =
         (x.grad(&grads).expect("input gradient"), weight.grad(&grads).expect("weight gradient"));
-    let after = sample(device);
+    let after = sample_on::<T>(device);
     assert!(x_grad.dims() == x_dims && weight_grad.dims() == w_dims);
     after.bytes_reserved.saturating_sub(before.bytes_reserved)
 }
@@ -236,14 +269,24 @@ fn tiled_plan() -> ConvPlan {
 /// tiles of output rows, and the reserve stays within the budget plus required tensors.
 #[test]
 fn one_image_over_the_budget_runs_in_row_tiles_within_it() {
+    row_tiles_within_budget::<B>("unfused");
+}
+
+/// The row tiles over Burn's fused wgpu stack.
+#[test]
+fn fused_one_image_over_the_budget_runs_in_row_tiles_within_it() {
+    row_tiles_within_budget::<Fused>("fused");
+}
+
+fn row_tiles_within_budget<T: Stack>(stack: &str) {
     let _guard = exclusive_device();
     let device = exact_pool_device();
     let plan = tiled_plan();
     assert!(plan.workspace_bytes_per_image >= 4 * plan.budget_bytes - plan.budget_bytes / 8, "{plan:?}");
     assert!(plan.row_tiles > 1 && plan.fits_budget(), "{plan:?}");
 
-    let rise = tiled_reserve_rise(&device, None);
-    println!("{plan:?}; reserve rose {rise} B; bound {} B", tiled_bound());
+    let rise = tiled_reserve_rise::<T>(&device, None);
+    println!("{stack}: {plan:?}; reserve rose {rise} B; bound {} B", tiled_bound());
     assert!(rise <= tiled_bound(), "row tiles raised the reserve by {rise} B, bound {} B", tiled_bound());
 }
 
@@ -254,7 +297,71 @@ fn control_an_untiled_image_breaks_the_row_tile_bound() {
     let _guard = exclusive_device();
     let device = exact_pool_device();
     let plan = tiled_plan();
-    let rise = tiled_reserve_rise(&device, Some(plan.workspace_bytes_per_image));
+    let rise = tiled_reserve_rise::<B>(&device, Some(plan.workspace_bytes_per_image));
     println!("with an untiled image's workspace: reserve rose {rise} B; bound {} B", tiled_bound());
+    assert!(rise > tiled_bound(), "an untiled workspace raised the reserve by only {rise} B");
+}
+
+/// `conv_transpose2d` of [`TILED`]'s shapes on the inner stack `T` (no autodiff), run once
+/// unmeasured first: the reserve's rise over the one that held the input and weight.
+fn transposed_tiled_rise<T: Backend<Device = WgpuDevice> + MemoryProbe>(
+    device: &WgpuDevice,
+    transient: Option<usize>,
+) -> u64 {
+    let work = |transient: Option<usize>| {
+        let (x_dims, w_dims) = TILED;
+        let x = Tensor::<T, 4>::random(x_dims, Distribution::Normal(0.0, 1.0), device);
+        let weight = Tensor::<T, 4>::random(w_dims, Distribution::Normal(0.0, 0.1), device);
+        T::memory_sample(device).expect("wgpu memory");
+        let before = T::memory_sample(device).expect("wgpu memory");
+        if let Some(bytes) = transient {
+            let workspace = Tensor::<T, 1>::zeros([bytes / 4], device);
+            let _ = T::memory_sample(device);
+            drop(workspace);
+        }
+        let out = conv_transpose2d(x, weight, None, ConvTransposeOptions::new([1, 1], [3, 3], [0, 0], [1, 1], 1));
+        let after = T::memory_sample(device).expect("wgpu memory");
+        assert_eq!(out.dims(), x_dims);
+        after.bytes_reserved.saturating_sub(before.bytes_reserved)
+    };
+    work(None);
+    T::release_unused(device);
+    work(transient)
+}
+
+/// The plan of [`TILED`]'s transposed convolution (its adjoint conv2d's).
+fn transposed_tiled_plan() -> ConvPlan {
+    ConvBudget::set_global(ConvBudget::from_mib(BUDGET_MIB));
+    let (x_dims, w_dims) = TILED;
+    conv_transpose2d_plan::<Cube>(x_dims, w_dims, &ConvTransposeOptions::new([1, 1], [3, 3], [0, 0], [1, 1], 1), 4)
+        .expect("Lean runs this transposed convolution")
+}
+
+/// `conv_transpose2d` tiles too: one image whose column matrix needs about 4× the budget
+/// stays within [`tiled_bound`], on the unfused and the fused stack.
+#[test]
+fn one_transposed_image_over_the_budget_runs_in_row_tiles_within_it() {
+    let _guard = exclusive_device();
+    let device = exact_pool_device();
+    let plan = transposed_tiled_plan();
+    assert!(plan.row_tiles > 1 && plan.fits_budget(), "{plan:?}");
+    for (stack, rise) in [
+        ("unfused", transposed_tiled_rise::<Lean<Cube>>(&device, None)),
+        ("fused", transposed_tiled_rise::<Lean<Wgpu>>(&device, None)),
+    ] {
+        println!("conv_transpose2d, {stack}: {plan:?}; reserve rose {rise} B; bound {} B", tiled_bound());
+        assert!(rise <= tiled_bound(), "{stack}: row tiles raised the reserve by {rise} B, bound {} B", tiled_bound());
+    }
+}
+
+/// The control: the untiled workspace as a transient on top of the same transposed
+/// convolution breaks the same bound.
+#[test]
+fn control_an_untiled_transposed_image_breaks_the_row_tile_bound() {
+    let _guard = exclusive_device();
+    let device = exact_pool_device();
+    let plan = transposed_tiled_plan();
+    let rise = transposed_tiled_rise::<Lean<Cube>>(&device, Some(plan.workspace_bytes_per_image));
+    println!("conv_transpose2d with an untiled image's workspace: reserve rose {rise} B; bound {} B", tiled_bound());
     assert!(rise > tiled_bound(), "an untiled workspace raised the reserve by only {rise} B");
 }

@@ -32,7 +32,7 @@ mod ops;
 
 pub use attention::{lean_attention, AttentionOps};
 pub use budget::{ConvBudget, InvalidBudget};
-pub use conv::{conv2d_plan, ChunkedConv, ConvPlan};
+pub use conv::{conv2d_plan, conv_transpose2d_plan, ChunkedConv, ConvPlan};
 
 /// A backend that forwards every op to `B`: the base leanburn replaces ops on.
 ///

@@ -4,15 +4,12 @@
 //! leanburn's budgeted ones.
 
 use burn::nn::conv::{Conv2d, Conv2dConfig};
-use burn::nn::loss::CrossEntropyLossConfig;
 use burn::nn::pool::{AdaptiveAvgPool2d, AdaptiveAvgPool2dConfig, MaxPool2d, MaxPool2dConfig};
 use burn::nn::{BatchNorm, BatchNormConfig, Linear, LinearConfig, PaddingConfig2d, Relu};
 use burn::prelude::*;
-use burn::tensor::backend::AutodiffBackend;
-use burn::train::{ClassificationOutput, InferenceStep, TrainOutput, TrainStep};
 
+use super::classification::image_classifier;
 use crate::init::materialize;
-use crate::trainer::ForwardLoss;
 
 #[derive(Config, Debug)]
 pub struct ConvClassifierConfig {
@@ -95,71 +92,9 @@ impl<B: Backend> ConvClassifier<B> {
         let x = self.blocks.iter().fold(images, |x, block| block.forward(x));
         self.head.forward(self.pool.forward(x).flatten(1, 3))
     }
-
-    /// Logits and mean cross-entropy against integer class `labels`.
-    pub fn classify(&self, images: Tensor<B, 4>, labels: Tensor<B, 1, Int>) -> ClassificationOutput<B> {
-        let output = self.forward(images);
-        let loss = CrossEntropyLossConfig::new()
-            .init(&output.device())
-            .forward(super::logits_in_f32(output.clone()), labels.clone());
-        ClassificationOutput::new(loss, output, labels)
-    }
-
-    /// Mean loss and accuracy over `batches` (call it on the inner backend, `model.valid()`,
-    /// so no graph is built and batch norm uses its running statistics).
-    pub fn evaluate(&self, batches: impl IntoIterator<Item = (Tensor<B, 4>, Tensor<B, 1, Int>)>) -> Evaluation {
-        let (mut loss, mut correct, mut seen) = (0.0, 0usize, 0usize);
-        for (images, labels) in batches {
-            let count = labels.dims()[0];
-            let output = self.classify(images, labels);
-            let predicted = output.output.argmax(1).reshape([count]);
-            let hits: i64 = predicted.equal(output.targets).int().sum().into_scalar().elem();
-            let batch_loss: f64 = output.loss.into_scalar().elem();
-            loss += batch_loss * count as f64;
-            correct += hits as usize;
-            seen += count;
-        }
-        Evaluation { loss: loss / seen.max(1) as f64, accuracy: correct as f64 / seen.max(1) as f64, examples: seen }
-    }
 }
 
-/// Mean loss and accuracy over a held-out set.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Evaluation {
-    pub loss: f64,
-    pub accuracy: f64,
-    pub examples: usize,
-}
-
-/// Forward + backward on `(images, labels)`, for `HybridTrainer` and Burn's learners.
-/// The mean cross-entropy, for mixed-precision training.
-impl<B: AutodiffBackend> ForwardLoss<B> for ConvClassifier<B> {
-    type Input = (Tensor<B, 4>, Tensor<B, 1, Int>);
-
-    fn forward_loss(&self, (images, labels): Self::Input) -> Tensor<B, 1> {
-        self.classify(images, labels).loss
-    }
-}
-
-impl<B: AutodiffBackend> TrainStep for ConvClassifier<B> {
-    type Input = (Tensor<B, 4>, Tensor<B, 1, Int>);
-    type Output = ClassificationOutput<B>;
-
-    fn step(&self, (images, labels): Self::Input) -> TrainOutput<ClassificationOutput<B>> {
-        let item = self.classify(images, labels);
-        TrainOutput::new(self, item.loss.backward(), item)
-    }
-}
-
-/// Forward only, on any backend (the trainer's predict steps run it on the inner one).
-impl<B: Backend> InferenceStep for ConvClassifier<B> {
-    type Input = (Tensor<B, 4>, Tensor<B, 1, Int>);
-    type Output = ClassificationOutput<B>;
-
-    fn step(&self, (images, labels): Self::Input) -> ClassificationOutput<B> {
-        self.classify(images, labels)
-    }
-}
+image_classifier!(ConvClassifier);
 
 #[cfg(test)]
 mod tests {

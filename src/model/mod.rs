@@ -1,15 +1,19 @@
 //! Models leanburn ships: small, deterministic ones for the examples and memory tests.
 
+mod classification;
 mod conv_classifier;
 mod gpt2;
 mod gpt2_memory;
 mod lm_head_loss;
 mod loss_precision;
+mod resnet;
 mod small_cnn;
 
-pub use conv_classifier::{ConvBlock, ConvClassifier, ConvClassifierConfig, Evaluation};
+pub use classification::Evaluation;
+pub use conv_classifier::{ConvBlock, ConvClassifier, ConvClassifierConfig};
 pub use gpt2::{Gpt2, Gpt2Attention, Gpt2Config, Gpt2ConfigError, LanguageModelOutput, GPT2_PRESETS, GPT2_VOCAB};
 pub use gpt2_memory::Gpt2MemoryEstimate;
 pub use lm_head_loss::{chunked_lm_head_loss, fused_lm_head_loss};
 pub use loss_precision::logits_in_f32;
+pub use resnet::{BasicBlock, ConvNorm, ResNet, ResNetConfig};
 pub use small_cnn::{SmallCnn, SmallCnnConfig};

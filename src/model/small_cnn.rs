@@ -2,15 +2,14 @@
 //! and a linear head. Small enough to train on llvmpipe in CI, conv-heavy enough that the
 //! autodiff graph retains convolution inputs, which is what the memory tests look for.
 
-use crate::init::materialize;
-use crate::trainer::ForwardLoss;
 use burn::nn::conv::{Conv2d, Conv2dConfig};
 use burn::nn::loss::CrossEntropyLossConfig;
 use burn::nn::pool::{AdaptiveAvgPool2d, AdaptiveAvgPool2dConfig};
 use burn::nn::{Linear, LinearConfig, PaddingConfig2d, Relu};
 use burn::prelude::*;
-use burn::tensor::backend::AutodiffBackend;
-use burn::train::{ClassificationOutput, InferenceStep, TrainOutput, TrainStep};
+
+use super::classification::image_classifier;
+use crate::init::materialize;
 
 #[derive(Config, Debug)]
 pub struct SmallCnnConfig {
@@ -55,15 +54,6 @@ impl<B: Backend> SmallCnn<B> {
         self.head.forward(x.flatten(1, 3))
     }
 
-    /// Logits and mean cross-entropy, as Burn's learners expect them.
-    pub fn classify(&self, images: Tensor<B, 4>, labels: Tensor<B, 1, Int>) -> ClassificationOutput<B> {
-        let output = self.forward(images);
-        let loss = CrossEntropyLossConfig::new()
-            .init(&output.device())
-            .forward(super::logits_in_f32(output.clone()), labels.clone());
-        ClassificationOutput::new(loss, output, labels)
-    }
-
     /// Mean cross-entropy of the logits against integer class `labels`.
     pub fn loss(&self, images: Tensor<B, 4>, labels: Tensor<B, 1, Int>) -> Tensor<B, 1> {
         let logits = super::logits_in_f32(self.forward(images));
@@ -71,32 +61,4 @@ impl<B: Backend> SmallCnn<B> {
     }
 }
 
-/// Forward + backward on `(images, labels)`, for `HybridTrainer` and Burn's learners.
-/// The mean cross-entropy, for mixed-precision training.
-impl<B: AutodiffBackend> ForwardLoss<B> for SmallCnn<B> {
-    type Input = (Tensor<B, 4>, Tensor<B, 1, Int>);
-
-    fn forward_loss(&self, (images, labels): Self::Input) -> Tensor<B, 1> {
-        self.loss(images, labels)
-    }
-}
-
-impl<B: AutodiffBackend> TrainStep for SmallCnn<B> {
-    type Input = (Tensor<B, 4>, Tensor<B, 1, Int>);
-    type Output = ClassificationOutput<B>;
-
-    fn step(&self, (images, labels): Self::Input) -> TrainOutput<ClassificationOutput<B>> {
-        let item = self.classify(images, labels);
-        TrainOutput::new(self, item.loss.backward(), item)
-    }
-}
-
-/// Forward only, on any backend (the trainer's predict steps run it on the inner one).
-impl<B: Backend> InferenceStep for SmallCnn<B> {
-    type Input = (Tensor<B, 4>, Tensor<B, 1, Int>);
-    type Output = ClassificationOutput<B>;
-
-    fn step(&self, (images, labels): Self::Input) -> ClassificationOutput<B> {
-        self.classify(images, labels)
-    }
-}
+image_classifier!(SmallCnn);

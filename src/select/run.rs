@@ -21,10 +21,12 @@ where
 {
 }
 
-/// The unfused CubeCL backend on CUDA, which `Lean`'s kernels run on (`Selection::run_lean`).
+/// The unfused CubeCL backend on CUDA (`Lean<CubeCuda>` runs leanburn's kernels without
+/// Burn's fuser).
 #[cfg(feature = "cuda")]
 pub type CubeCuda = burn_cubecl::CubeBackend<cubecl::cuda::CudaRuntime, f32, i32, u8>;
-/// The unfused CubeCL backend on wgpu, which `Lean`'s kernels run on (`Selection::run_lean`).
+/// The unfused CubeCL backend on wgpu (`Lean<CubeWgpu>` runs leanburn's kernels without
+/// Burn's fuser).
 pub type CubeWgpu = burn_cubecl::CubeBackend<burn::backend::wgpu::WgpuRuntime, f32, i32, u32>;
 
 /// Whether the autodiff backend keeps every activation the backward pass needs, or
@@ -71,7 +73,8 @@ impl Selection {
 
     /// Runs `job` on the chosen device with `Lean` inside autodiff, so its convolutions
     /// are leanburn's memory-bounded ones (see `docs/backend.md`): `Autodiff<Lean<B>>` with
-    /// `B` the unfused [`CubeCuda`] or [`CubeWgpu`] (leanburn's kernels), or `Flex`.
+    /// `B` Burn's default `Cuda` or `Wgpu` (fused; leanburn's kernels run as Fusion custom
+    /// operations), or `Flex`.
     pub fn run_lean<J: BackendJob>(&self, job: J) -> J::Output {
         self.run_lean_with(job, Checkpointing::Off)
     }
@@ -94,10 +97,10 @@ impl Selection {
             }
             #[cfg(feature = "cuda")]
             (Chosen::Cuda { ordinal }, true) => {
-                job.run::<Autodiff<Lean<CubeCuda>, C>>(burn::backend::cuda::CudaDevice::new(*ordinal))
+                job.run::<Autodiff<Lean<burn::backend::Cuda>, C>>(burn::backend::cuda::CudaDevice::new(*ordinal))
             }
             (Chosen::Wgpu { device, .. }, false) => job.run::<Autodiff<Wgpu, C>>(device.clone()),
-            (Chosen::Wgpu { device, .. }, true) => job.run::<Autodiff<Lean<CubeWgpu>, C>>(device.clone()),
+            (Chosen::Wgpu { device, .. }, true) => job.run::<Autodiff<Lean<Wgpu>, C>>(device.clone()),
             (Chosen::Cpu, false) => job.run::<Autodiff<Flex, C>>(FlexDevice),
             (Chosen::Cpu, true) => job.run::<Autodiff<Lean<Flex>, C>>(FlexDevice),
         }

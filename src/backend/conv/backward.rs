@@ -1,5 +1,6 @@
 //! conv2d gradients, chunked like the forward (by images, or by row tiles of one image):
-//! - input: GEMM of the weightsᵀ with the output gradient → col2im into the chunk;
+//! - input: GEMM of the weightsᵀ with the output gradient → col2im into the chunk (the
+//!   [`adjoint`], which `conv_transpose2d` runs as well);
 //! - weight: GEMM of the output gradient with im2col(x), accumulated over chunks.
 
 use std::ops::Range;
@@ -49,17 +50,29 @@ pub(crate) fn conv2d_x_backward<B: ChunkedConv>(
 ) -> FloatTensor<B> {
     let x = float::<B, 4>(x);
     let weight = float::<B, 4>(weight);
-    let output_grad = float::<B, 4>(output_grad);
     let geometry = conv_geometry("conv2d_x_backward", x.dims(), weight.dims(), &options);
     let x_dims = x.dims();
-    let (device, dtype) = (x.device(), x.dtype());
     drop(x);
+    adjoint(x_dims, &geometry, weight, float::<B, 4>(output_grad), options.groups)
+}
+
+/// The adjoint of conv2d (its input gradient, and `conv_transpose2d`'s output): the image
+/// of `x_dims` from `output_grad`, where `geometry` is the convolution of that image with
+/// `weight` (`[out, in / groups, kh, kw]`). Per chunk (or row tile): GEMM of the weightsᵀ
+/// with the output gradient → col2im.
+pub(crate) fn adjoint<B: ChunkedConv>(
+    x_dims: [usize; 4],
+    geometry: &ConvGeometry,
+    weight: Tensor<B, 4>,
+    output_grad: Tensor<B, 4>,
+    groups: usize,
+) -> FloatTensor<B> {
+    let (device, dtype) = (output_grad.device(), output_grad.dtype());
     let [batch, ..] = x_dims;
     let [out_channels, ..] = weight.dims();
-    let groups = options.groups;
     let pixels = geometry.col_cols_per_image();
     let rows_per_group = geometry.col_rows() / groups;
-    let plan = plan_chunk::<B>(&geometry, batch, out_channels, dtype.size());
+    let plan = plan_chunk::<B>(geometry, batch, out_channels, dtype.size());
 
     // [groups, rows per group, out per group]
     let weights_t = contiguous(weight.reshape([groups, out_channels / groups, rows_per_group]).swap_dims(1, 2));
@@ -71,7 +84,7 @@ pub(crate) fn conv2d_x_backward<B: ChunkedConv>(
         let mut x_grad = Tensor::<B, 4>::zeros(x_dims, (&device, dtype));
         let [_, channels, _, in_w] = x_dims;
         for image in 0..batch {
-            for tile in row_tiles(&geometry, plan.rows_per_tile) {
+            for tile in row_tiles(geometry, plan.rows_per_tile) {
                 let grad = grad_columns(tile_of(&output_grad, image, tile.out_rows.clone()), groups);
                 let columns = columns_of(grad, tile.geometry.col_cols_per_image());
                 let empty = Tensor::<B, 4>::empty([1, channels, tile.geometry.in_h, in_w], (&device, dtype));
@@ -84,7 +97,7 @@ pub(crate) fn conv2d_x_backward<B: ChunkedConv>(
     let mut x_grad = Tensor::<B, 4>::empty(x_dims, (&device, dtype)).into_primitive().tensor();
     for (start, len) in chunks(batch, plan.images_per_chunk) {
         let grad = grad_columns(output_grad.clone().slice([start..start + len]), groups);
-        x_grad = B::col2im(columns_of(grad, len * pixels), x_grad, &geometry, start, len);
+        x_grad = B::col2im(columns_of(grad, len * pixels), x_grad, geometry, start, len);
     }
     x_grad
 }

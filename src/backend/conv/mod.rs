@@ -10,14 +10,16 @@ pub(crate) mod backward;
 pub(crate) mod composed;
 mod cube;
 pub(crate) mod forward;
+mod fused;
 mod rows;
 pub(crate) mod transpose;
+
+pub use transpose::conv_transpose2d_plan;
 
 use burn::backend::{Flex, NdArray};
 use burn_backend::ops::ConvOptions;
 use burn_backend::tensor::FloatTensor;
 use burn_backend::Backend;
-use burn_fusion::{Fusion, FusionBackend};
 use leanburn_kernels::ConvGeometry;
 
 /// How a backend moves pixels between an image and a column matrix.
@@ -52,10 +54,6 @@ pub trait ChunkedConv: Backend {
         composed::col2im::<Self>(columns, image, geometry, batch_offset, chunk)
     }
 }
-
-/// Burn's fused backends queue ops for a fuser; their primitives are not `CubeTensor`s,
-/// so they take the composed path (wrap the unfused `CubeBackend` to get the kernels).
-impl<B: FusionBackend> ChunkedConv for Fusion<B> {}
 
 impl ChunkedConv for NdArray {}
 
@@ -94,8 +92,8 @@ pub(crate) fn conv_geometry(
 /// When a single image's workspace exceeds the budget, images run one at a time, each cut
 /// into tiles of output rows (`row_tiles`), as many rows a tile as fit. Only when one
 /// output row alone exceeds the budget does the workspace exceed it
-/// ([`ConvPlan::fits_budget`] is then false). The transposed convolution is chunked by
-/// whole images only.
+/// ([`ConvPlan::fits_budget`] is then false). The transposed convolution follows the plan
+/// of the conv2d it is the adjoint of ([`conv_transpose2d_plan`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ConvPlan {
     /// Images in each chunk (the last chunk may have fewer).

@@ -1,0 +1,46 @@
+# Sourced by the benches/gpu_*.sh scripts before they run anything on a CUDA machine.
+# Expects ROOT (the repository) and OUT (the results folder). Unpacks the gzipped files
+# staged in .gpu/, keeps CubeCL's compiled kernels and autotune results in one folder
+# (CACHE: restored from .gpu/cubecl-cache.tar when that exists, saved with
+# save_kernel_cache), writes a cubecl.toml pointing there into WORK (run the binaries
+# from WORK), puts every folder holding NVRTC on the library path, and records the
+# machine in $OUT/logs/environment.txt.
+#
+# CubeCL compiles every kernel with NVRTC on first use and autotunes matmuls, reductions
+# and fused kernels; on a fresh machine that cold start takes minutes. AUTOTUNE (default
+# balanced, Burn's own default) sets CubeCL's autotune level: minimal | balanced |
+# extensive | full.
+RUNS=/tmp/leanburn-runs
+WORK=/tmp/leanburn-work
+CACHE=/tmp/cubecl-cache
+mkdir -p "$OUT/logs" "$RUNS" "$WORK" "$CACHE"
+for packed in .gpu/*.gz; do
+  [ -e "$packed" ] && gunzip -f "$packed"
+done
+[ -e .gpu/cubecl-cache.tar ] && tar -C "$CACHE" -xf .gpu/cubecl-cache.tar
+cat >"$WORK/cubecl.toml" <<TOML
+[compilation]
+cache = { file = "$CACHE" }
+
+[autotune]
+level = "${AUTOTUNE:-balanced}"
+cache = { file = "$CACHE" }
+TOML
+
+# NVRTC (cubecl-cuda compiles kernels at run time) may live in the toolkit or in pip's
+# nvidia-cuda-nvrtc package; put every directory holding it on the library path.
+nvrtc_dirs=$(find /usr/local/cuda*/lib64 /usr/local/cuda*/targets/*/lib /usr/lib/x86_64-linux-gnu \
+  /opt/torch/.venv/lib/python3*/site-packages/nvidia -name 'libnvrtc.so*' -not -path '*/stubs/*' -printf '%h\n' 2>/dev/null | sort -u | paste -sd:)
+export LD_LIBRARY_PATH="${nvrtc_dirs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+{
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+  echo "nvrtc: ${nvrtc_dirs:-not found}"
+  echo "autotune level: ${AUTOTUNE:-balanced}; cached kernels at start: $(find "$CACHE" -type f | wc -l) files"
+  python3 -c 'import torch; print("torch", torch.__version__)' 2>&1
+} | tee "$OUT/logs/environment.txt"
+
+# Packs the kernel cache into $OUT/cubecl-cache.tar.gz, so a later session starts warm.
+save_kernel_cache() {
+  echo "cache: $(find "$CACHE" -type f | wc -l) files, $(du -sh "$CACHE" | cut -f1)"
+  tar -C "$CACHE" -czf "$OUT/cubecl-cache.tar.gz" .
+}
