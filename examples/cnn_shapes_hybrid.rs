@@ -9,6 +9,7 @@
 //! cargo run --release --example cnn_shapes_hybrid -- --net resnet18 --resolution 64
 //! cargo run --release --example cnn_shapes_hybrid -- --conv stock     # Burn's own convolutions
 //! cargo run --release --example cnn_shapes_hybrid -- --resume         # continue a run
+//! cargo run --release --example cnn_shapes_hybrid -- --devices 0,1    # one replica per GPU
 //! ```
 //!
 //! Two networks (`--net`): `plain`, blocks of 3×3 convolution, batch norm, ReLU and max
@@ -28,19 +29,20 @@ mod common;
 
 use std::path::PathBuf;
 
+use burn::collective::CollectiveConfig;
 use burn::optim::AdamConfig;
 use burn::prelude::{Int, Tensor};
 use clap::{ArgMatches, CommandFactory, Parser, ValueEnum};
 use common::{
     bad_input, config, exit_on_failure, init_kernel_cache, open_run, plot_runs, run_settings, start_trainer, summary,
-    train, ExecutionArgs, Failure, Mode, Start,
+    train, ExecutionArgs, Failure, Mode, ParallelArgs, Start,
 };
 use leanburn::backend::ConvBudget;
 use leanburn::data::{shapes_validation, ImageBatch, ShapeSampler, SHAPE_CLASSES};
 use leanburn::model::{ConvClassifier, ConvClassifierConfig, Evaluation, ResNet, ResNetConfig};
-use leanburn::runner::{RunDir, RunOutcome, Validation};
-use leanburn::select::{select, BackendArgs, BackendJob, TrainBackend};
-use leanburn::trainer::{ForwardLoss, HybridConfig, HybridModel};
+use leanburn::runner::{data_parallel, RunDir, RunError, RunOutcome, Validation};
+use leanburn::select::{select, BackendArgs, BackendJob, ReplicatedJob, TrainBackend};
+use leanburn::trainer::{ForwardLoss, HybridConfig, HybridModel, Replica};
 
 #[derive(Parser, Debug, Clone)]
 #[command(about = "Train a conv net on generated shape images with HybridTrainer on the Lean backend")]
@@ -49,6 +51,8 @@ struct Args {
     backend: BackendArgs,
     #[command(flatten)]
     execution: ExecutionArgs,
+    #[command(flatten)]
+    parallel: ParallelArgs,
     /// Options from a JSON or TOML file, keyed by long option name (`batch = 16`); the
     /// command line wins. Each run writes its resolved options to `--out` as
     /// `config-<mode>.json`, which this reads back to repeat the run.
@@ -219,19 +223,29 @@ fn run(args: Args, matches: &ArgMatches) -> Result<(), Failure> {
     let selection = select(&args.backend).map_err(|e| Failure { code: e.exit_code(), message: e.to_string() })?;
     eprintln!("{selection}");
     args.execution.check_precision(&selection)?;
+    let devices = match &args.parallel.devices {
+        Some(indices) => Some(
+            selection.replica_devices(indices).map_err(|e| Failure { code: e.exit_code(), message: e.to_string() })?,
+        ),
+        None => None,
+    };
     let dir = open_run(&args.out, args.mode, args.resume, args.overwrite)?;
     let mut resolved = config::resolved(&Args::command(), matches);
     resolved.insert("backend".into(), selection.kind().name().into());
     config::save(resolved, &dir.options_path())?;
     let resolution = args.resolution as usize;
-    let validation =
-        shapes_validation(resolution, (args.batch as usize).min(64), args.eval_batches as usize, args.seed)
-            .map_err(|e| bad_input(e.to_string()))?;
+    // Batches of the effective batch's size: a data-parallel run validates on the images a
+    // one-device run with that batch does.
+    let replicas = devices.as_ref().map_or(1, Vec::len);
+    let eval_batch = (args.batch as usize * replicas).min(64);
+    let validation = shapes_validation(resolution, eval_batch, args.eval_batches as usize, args.seed)
+        .map_err(|e| bad_input(e.to_string()))?;
     let (out, mode, checkpointing, conv) = (args.out.clone(), args.mode, args.execution.checkpointing, args.conv);
     let plan = Plan { args, config, dir, validation };
-    let (summary, outcome) = match conv {
-        ConvPath::Lean => selection.run_lean_with(plan, checkpointing)?,
-        ConvPath::Stock => selection.run_with(plan, checkpointing)?,
+    let (summary, outcome) = match (devices, conv) {
+        (Some(devices), conv) => selection.run_replicated(&devices, plan, conv == ConvPath::Lean, checkpointing)?,
+        (None, ConvPath::Lean) => selection.run_lean_with(plan, checkpointing)?,
+        (None, ConvPath::Stock) => selection.run_with(plan, checkpointing)?,
     };
     println!("{summary}");
     plot_runs(&out, mode, &outcome, "cnn", "CNN on shapes");
@@ -242,30 +256,72 @@ impl BackendJob for Plan {
     type Output = Result<(String, RunOutcome), Failure>;
 
     fn run<B: TrainBackend>(self, device: B::Device) -> Self::Output {
-        B::seed(&device, self.args.seed);
-        match &self.config {
-            NetConfig::Plain(config) => {
-                let model: ConvClassifier<B> = config.init(&device);
-                self.train(model, device, |model, batches| model.evaluate(batches))
-            }
-            NetConfig::ResNet(config) => {
-                let model: ResNet<B> = config.init(&device);
-                self.train(model, device, |model, batches| model.evaluate(batches))
-            }
-        }
+        self.run_on::<B>(vec![device], false)
+    }
+}
+
+impl ReplicatedJob for Plan {
+    type Output = Result<(String, RunOutcome), Failure>;
+
+    fn run<B: TrainBackend>(self, devices: Vec<B::Device>) -> Self::Output {
+        self.run_on::<B>(devices, true)
     }
 }
 
 type Labelled<B> = (Tensor<B, 4>, Tensor<B, 1, Int>);
 
 impl Plan {
-    /// Trains `model`, validating its inference copy with `evaluate`.
+    /// Builds the network on the first device and trains it: there alone, or on every
+    /// device as one data-parallel replica each (`parallel`).
+    fn run_on<B: TrainBackend>(self, devices: Vec<B::Device>, parallel: bool) -> Result<(String, RunOutcome), Failure> {
+        let device = devices[0].clone();
+        B::seed(&device, self.args.seed);
+        match &self.config {
+            NetConfig::Plain(config) => {
+                let model: ConvClassifier<B> = config.init(&device);
+                self.train_on(model, devices, parallel, |model, batches| model.evaluate(batches))
+            }
+            NetConfig::ResNet(config) => {
+                let model: ResNet<B> = config.init(&device);
+                self.train_on(model, devices, parallel, |model, batches| model.evaluate(batches))
+            }
+        }
+    }
+
+    /// Trains `model` on `devices`: on the one, or data-parallel on all (replica 0's
+    /// outcome is the run's).
+    fn train_on<B, M>(
+        &self,
+        model: M,
+        devices: Vec<B::Device>,
+        parallel: bool,
+        evaluate: impl Fn(&M::InnerModule, Vec<Labelled<B::InnerBackend>>) -> Evaluation + Sync,
+    ) -> Result<(String, RunOutcome), Failure>
+    where
+        B: TrainBackend,
+        M: HybridModel<B, Labelled<B>> + ForwardLoss<B, Input = Labelled<B>> + Send,
+    {
+        if !parallel {
+            let device = devices[0].clone();
+            return self.train(model, device, None, &evaluate)?.ok_or_else(|| unreachable!("one device leads"));
+        }
+        let job = |replica: Replica, model: M, device: B::Device| -> Result<_, RunError> {
+            Ok(self.train(model, device, Some(replica), &evaluate)?)
+        };
+        let outcomes = data_parallel::<B, M, _, _>(&devices, CollectiveConfig::default(), model, job)?;
+        Ok(outcomes.into_iter().next().flatten().expect("replica 0 returns the outcome"))
+    }
+
+    /// Trains `model` on `device` (as `replica` of a data-parallel run), validating its
+    /// inference copy with `evaluate`; the summary and outcome, which replicas other than
+    /// 0 do not have.
     fn train<B, M>(
-        self,
+        &self,
         model: M,
         device: B::Device,
-        evaluate: impl Fn(&M::InnerModule, Vec<Labelled<B::InnerBackend>>) -> Evaluation,
-    ) -> Result<(String, RunOutcome), Failure>
+        replica: Option<Replica>,
+        evaluate: &impl Fn(&M::InnerModule, Vec<Labelled<B::InnerBackend>>) -> Evaluation,
+    ) -> Result<Option<(String, RunOutcome)>, Failure>
     where
         B: TrainBackend,
         M: HybridModel<B, Labelled<B>> + ForwardLoss<B, Input = Labelled<B>>,
@@ -282,17 +338,22 @@ impl Plan {
             execution: args.execution.config(),
             precision: args.execution.precision(),
         };
-        let mut trainer = start_trainer(model, AdamConfig::new().init(), &start, &self.dir, device.clone())?;
+        let mut trainer = start_trainer(model, AdamConfig::new().init(), &start, &self.dir, device.clone(), replica)?;
+        let replicas = replica.map_or(1, |replica| replica.replicas());
         let resolution = args.resolution as usize;
         let header = |first: usize| {
             format!(
                 "training a {parameters}-parameter {} on {} for steps {}..{steps} ({} mode): \
-                 batch {} of {resolution}×{resolution} images{}, {}{}{}",
+                 batch {} of {resolution}×{resolution} images{}{}, {}{}{}",
                 self.config.describe(),
                 B::name(&device),
                 first + 1,
                 args.mode.name(),
                 args.batch,
+                match replicas {
+                    1 => String::new(),
+                    n => format!(" on each of {n} replicas (effective batch {})", args.batch as usize * n),
+                },
                 match args.execution.accum {
                     1 => String::new(),
                     k => format!(" × {k} micro-batches (effective batch {})", args.batch * k),
@@ -306,7 +367,10 @@ impl Plan {
             )
         };
         let settings = run_settings(steps, args.eval_every, args.checkpoint_every, trainer.config().warmup_steps);
-        let mut sampler = ShapeSampler::new(resolution, args.batch as usize, args.seed)
+        // Each replica draws its own images; replica 0 the stream a one-device run draws.
+        let rank = replica.map_or(0, |replica| replica.rank()) as u64;
+        let seed = args.seed.wrapping_add(rank.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+        let mut sampler = ShapeSampler::new(resolution, args.batch as usize, seed)
             .map_err(|e| bad_input(e.to_string()))?
             .with_noise(args.noise);
         let next_batch = || Ok(sampler.sample());
@@ -326,7 +390,14 @@ impl Plan {
             to_device,
             validate,
         )?;
-        let title = format!("{} on shapes ({} mode) on {}", self.config.describe(), args.mode.name(), B::name(&device));
-        Ok((summary(&title, &outcome, &self.dir, "images"), outcome))
+        if replica.is_some_and(|replica| !replica.is_leader()) {
+            return Ok(None);
+        }
+        let on = match replicas {
+            1 => B::name(&device),
+            n => format!("{n} replicas on {}", B::name(&device)),
+        };
+        let title = format!("{} on shapes ({} mode) on {on}", self.config.describe(), args.mode.name());
+        Ok(Some((summary(&title, &outcome, &self.dir, "images"), outcome)))
     }
 }

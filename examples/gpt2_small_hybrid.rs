@@ -384,7 +384,7 @@ impl BackendJob for Plan {
             execution: args.execution.config(),
             precision: args.execution.precision(),
         };
-        let mut trainer = start_trainer(model, optimizer(), &start, &self.dir, device.clone())?;
+        let mut trainer = start_trainer(model, optimizer(), &start, &self.dir, device.clone(), None)?;
         let header = |first: usize| {
             format!(
                 "training {} on {} for steps {}..{} ({} mode), peak lr {}{}{}{}",

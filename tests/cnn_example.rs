@@ -102,6 +102,37 @@ fn bad_input_is_refused_and_overwrites_nothing() {
     assert_eq!(read(&out.join("metrics-full.jsonl")), metrics, "a refused run must not touch the files");
 }
 
+/// `--devices 0,0`: two data-parallel replicas on the CPU's one device (two logical
+/// devices) train a hybrid run, replica 0 alone writing the step records and checkpoints,
+/// and resume; devices that do not exist are refused before anything runs.
+#[test]
+fn two_replicas_train_and_resume_as_one_run() {
+    let out = scratch("parallel");
+    let parallel = cpu_run(&out, &["--devices", "0,0", "--mode", "hybrid", "--steps", "8", "--warmup", "2"]);
+    assert!(parallel.status.success(), "{}", text(&parallel));
+    let all = text(&parallel);
+    assert!(all.contains("on each of 2 replicas (effective batch 8)"), "{all}");
+    assert!(String::from_utf8_lossy(&parallel.stdout).contains("checkpoint of step 8"), "{all}");
+    // One record per step (replica 1 writes none); a block was judged.
+    let metrics = read(&out.join("metrics-hybrid.jsonl"));
+    assert_eq!(metrics.lines().count(), 8, "{metrics}");
+    assert!(metrics.contains("\"gain\":"), "no predict block was judged:\n{metrics}");
+
+    let resumed = cpu_run(&out, &["--devices", "0,0", "--mode", "hybrid", "--steps", "10", "--resume"]);
+    assert!(resumed.status.success(), "{}", text(&resumed));
+    assert_eq!(read(&out.join("metrics-hybrid.jsonl")).lines().count(), 10);
+
+    let missing = cpu_run(&scratch("parallel-missing"), &["--devices", "0,1"]);
+    assert_eq!(missing.status.code(), Some(1), "{}", text(&missing));
+    assert!(
+        text(&missing).contains("the CPU backend has one device, 0, but device 1 was requested"),
+        "{}",
+        text(&missing)
+    );
+    assert!(!scratch("parallel-missing").join("metrics-hybrid.jsonl").exists());
+    assert_fails(&cpu_run(&scratch("parallel-both"), &["--devices", "0,0", "--device", "0"]), "cannot be used with");
+}
+
 /// `--net resnet18` trains, on `Lean`'s convolutions and with `--conv stock` on Burn's
 /// (the stack's name in the summary tells which ran), and is refused below the
 /// resolution its four stages need.

@@ -19,7 +19,7 @@ use leanburn::runner::{RunDir, RunError, RunEvent, RunOutcome, RunSettings, Runn
 use leanburn::select::{BackendArgs, BackendJob, Checkpointing, KernelCache, Selection, TrainBackend};
 use leanburn::trainer::{
     ExecutionConfig, ForwardLoss, HybridBatch, HybridConfig, HybridModel, HybridTrainer, LrSchedule, Precision,
-    PrecisionConfig, StepReport, TrainerError, TrimPolicy,
+    PrecisionConfig, Replica, StepReport, TrainerError, TrimPolicy,
 };
 use plotters::prelude::*;
 
@@ -36,6 +36,18 @@ impl Mode {
             Mode::Full => "full",
         }
     }
+}
+
+/// Data-parallel training: the devices of the replicas.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct ParallelArgs {
+    /// Train one replica on each of these devices of the chosen backend (data parallel,
+    /// on burn-collective's all-reduce; see docs/parallel.md): CUDA ordinals, wgpu
+    /// adapters in the order listed, or the CPU's one device, 0. Repeat a device for
+    /// several replicas on it (`0,0`). Each replica takes --batch items per step, so the
+    /// effective batch is --batch × replicas.
+    #[arg(long, value_delimiter = ',', conflicts_with = "device_index")]
+    pub devices: Option<Vec<usize>>,
 }
 
 /// How steps execute: the flags both training examples share (see `docs/memory.md`).
@@ -141,6 +153,13 @@ impl From<RunError> for Failure {
     }
 }
 
+/// A failure inside a data-parallel replica, which stops the other replicas.
+impl From<Failure> for RunError {
+    fn from(failure: Failure) -> Self {
+        RunError::Job { message: failure.message, bad_input: failure.code == 2 }
+    }
+}
+
 /// Prints a failure and exits with its code.
 pub fn exit_on_failure(result: Result<(), Failure>) {
     if let Err(failure) = result {
@@ -201,13 +220,15 @@ pub struct Start {
     pub precision: PrecisionConfig,
 }
 
-/// The trainer of the run in `dir`: new from `start`, or resumed from its checkpoint.
+/// The trainer of the run in `dir`: new from `start`, or resumed from its checkpoint; in a
+/// data-parallel run, `replica`'s (see [`RunDir::start_replica_trainer`]).
 pub fn start_trainer<B, M, O, T>(
     model: M,
     optimizer: O,
     start: &Start,
     dir: &RunDir,
     device: B::Device,
+    replica: Option<Replica>,
 ) -> Result<HybridTrainer<B, M, O, T>, Failure>
 where
     B: burn::tensor::backend::AutodiffBackend + MemoryProbe,
@@ -227,12 +248,15 @@ where
         min_lr: start.peak_lr / 10.0,
     };
     let resume = |e: RunError| if dir.is_resumed() { bad_input(format!("--resume: {e}")) } else { e.into() };
-    dir.start_trainer(model, optimizer, config, lr, device)
-        .map_err(resume)?
-        .with_execution(start.execution)
-        .map_err(|e| bad_input(e.to_string()))?
-        .with_precision(start.precision)
-        .map_err(|e| bad_input(format!("--precision: {e}")))
+    match replica {
+        Some(replica) => dir.start_replica_trainer(replica, model, optimizer, config, lr, device),
+        None => dir.start_trainer(model, optimizer, config, lr, device),
+    }
+    .map_err(resume)?
+    .with_execution(start.execution)
+    .map_err(|e| bad_input(e.to_string()))?
+    .with_precision(start.precision)
+    .map_err(|e| bad_input(format!("--precision: {e}")))
 }
 
 /// The run's cadence: validation and checkpoints as asked, and the leak fitted over the
@@ -348,7 +372,9 @@ impl Progress {
 /// Runs `trainer` in `dir` with `settings`, drawing progress: host batches from
 /// `next_batch`, moved by `to_device`, scored by `validate`; `header` describes the run
 /// once its first step is known. With `sample_pool_ms`, the pool is also read during the
-/// steps and the in-step peak printed at the end.
+/// steps and the in-step peak printed at the end. A data-parallel replica other than 0
+/// (the trainer's [`replica`](HybridTrainer::replica)) only steps: it draws, validates
+/// and writes nothing.
 #[allow(clippy::too_many_arguments)]
 pub fn train<B, M, O, T, H>(
     trainer: &mut HybridTrainer<B, M, O, T>,
@@ -367,6 +393,10 @@ where
     O: Optimizer<M, B>,
     T: HybridBatch<B>,
 {
+    if trainer.replica().is_some_and(|replica| !replica.is_leader()) {
+        let next_batch = next_batch_with_message(next_batch);
+        return Ok(Runner::follower(settings).run(trainer, next_batch, to_device, validate, |_| {})?);
+    }
     let sampler = sample_pool_ms.map(|ms| InStepPeak::start::<B>(trainer.device(), Duration::from_millis(ms)));
     if sampler.as_ref().is_some_and(Option::is_none) {
         eprintln!("--sample-pool-ms: no device pool on this backend; nothing is sampled");

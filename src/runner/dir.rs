@@ -11,7 +11,7 @@ use super::error::RunError;
 use super::validation::{ValidationLog, ValidationPoint};
 use crate::data::CorpusFingerprint;
 use crate::memory::MemoryProbe;
-use crate::trainer::{HybridBatch, HybridConfig, HybridModel, HybridTrainer, LrSchedule, StepReport};
+use crate::trainer::{HybridBatch, HybridConfig, HybridModel, HybridTrainer, LrSchedule, Replica, StepReport};
 
 /// How a run starts in its directory.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -160,6 +160,36 @@ impl RunDir {
                 .and_then(|trainer| trainer.with_metrics(self.metrics_path()))
         };
         trainer.map_err(RunError::Start)
+    }
+
+    /// The trainer of one replica of a data-parallel run: replica 0 starts as
+    /// [`start_trainer`](Self::start_trainer) does (and writes the step records); the
+    /// others resume from the same checkpoint, or start new, writing nothing. Every one is
+    /// then made a replica ([`HybridTrainer::with_replica`]).
+    #[allow(clippy::too_many_arguments)]
+    pub fn start_replica_trainer<B, M, O, T>(
+        &self,
+        replica: Replica,
+        model: M,
+        optimizer: O,
+        config: HybridConfig,
+        lr: LrSchedule,
+        device: B::Device,
+    ) -> Result<HybridTrainer<B, M, O, T>, RunError>
+    where
+        B: AutodiffBackend + MemoryProbe,
+        M: HybridModel<B, T>,
+        O: Optimizer<M, B>,
+        T: HybridBatch<B>,
+    {
+        let trainer = if replica.is_leader() {
+            self.start_trainer(model, optimizer, config, lr, device)?
+        } else if self.resumed {
+            HybridTrainer::resume(model, optimizer, self.checkpoints_path(), device).map_err(RunError::Start)?
+        } else {
+            HybridTrainer::new(model, optimizer, config, lr, device).map_err(RunError::Start)?
+        };
+        trainer.with_replica(replica).map_err(RunError::Start)
     }
 
     /// Records the corpus of a new run; checks a resumed run's against its record,

@@ -99,6 +99,29 @@ pub enum RunError {
     /// The corpus record could not be read or written.
     #[error("corpus record: {0}")]
     Fingerprint(#[from] crate::data::DataError),
+    /// A replica of a data-parallel run failed (the first to fail; the others stopped
+    /// with it). No checkpoint is lost: replica 0 writes them whole or not at all.
+    #[error("replica {rank} of {replicas} failed: {source}")]
+    Replica {
+        /// The failed replica's rank.
+        rank: usize,
+        /// How many replicas the run had.
+        replicas: usize,
+        /// Why it failed.
+        source: Box<RunError>,
+    },
+    /// A replica panicked.
+    #[error("{0}")]
+    Panicked(String),
+    /// A caller's replica job failed for a reason of its own (see
+    /// [`data_parallel`](super::data_parallel)).
+    #[error("{message}")]
+    Job {
+        /// What failed.
+        message: String,
+        /// Whether the caller asked for something that cannot be done.
+        bad_input: bool,
+    },
     /// A file of the run directory holds something it should not.
     #[error("{}, line {line}: {reason}", .path.display())]
     Corrupt {
@@ -124,7 +147,8 @@ impl RunError {
                 | RunError::CorpusChanged { .. }
                 | RunError::Settings(_)
                 | RunError::Start(_)
-        )
+        ) || matches!(self, RunError::Job { bad_input: true, .. })
+            || matches!(self, RunError::Replica { source, .. } if source.is_bad_input())
     }
 
     pub(super) fn io(path: impl Into<PathBuf>) -> impl FnOnce(std::io::Error) -> RunError {

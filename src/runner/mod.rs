@@ -23,10 +23,13 @@ mod dir;
 mod error;
 mod event;
 mod outcome;
+mod parallel;
 mod run;
 mod settings;
 mod validation;
 
+#[cfg(test)]
+mod parallel_tests;
 #[cfg(test)]
 mod tests;
 
@@ -34,6 +37,7 @@ pub use dir::{CorpusCheck, RunDir, RunHistory, StartMode};
 pub use error::RunError;
 pub use event::RunEvent;
 pub use outcome::RunOutcome;
+pub use parallel::data_parallel;
 pub use run::Runner;
 pub use settings::RunSettings;
 pub use validation::{Validation, ValidationPoint};

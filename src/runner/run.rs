@@ -18,13 +18,23 @@ use crate::trainer::{HybridBatch, HybridModel, HybridTrainer};
 pub struct Runner<'a> {
     settings: RunSettings,
     dir: Option<&'a RunDir>,
+    /// A data-parallel replica other than 0: steps only.
+    follower: bool,
 }
 
 impl<'a> Runner<'a> {
     /// A run that writes nothing: no validation log, no checkpoints (settings that ask
     /// for checkpoints are refused by [`run`](Self::run)).
     pub fn new(settings: RunSettings) -> Self {
-        Self { settings, dir: None }
+        Self { settings, dir: None, follower: false }
+    }
+
+    /// The run of a data-parallel replica other than 0 (see
+    /// [`data_parallel`](super::data_parallel)): it steps in lockstep with replica 0, which
+    /// validates and checkpoints for the run; it validates nothing, writes nothing, and
+    /// ignores the settings' validation and checkpoint cadences.
+    pub fn follower(settings: RunSettings) -> Self {
+        Self { settings, dir: None, follower: true }
     }
 
     /// Writes the validation log and the checkpoints into `dir` (the trainer writes its
@@ -63,7 +73,7 @@ impl<'a> Runner<'a> {
     {
         let settings = &self.settings;
         settings.validate()?;
-        if settings.checkpoint_every.is_some() && self.dir.is_none() {
+        if settings.checkpoint_every.is_some() && self.dir.is_none() && !self.follower {
             return Err(RunError::Settings("checkpoints need a run directory (Runner::in_dir)".into()));
         }
         let first = trainer.steps_taken();
@@ -110,7 +120,8 @@ impl<'a> Runner<'a> {
             outcome.validations.push(point);
             Ok(())
         };
-        if first == 0 && settings.eval_every.is_some() {
+        let leads = !self.follower;
+        if leads && first == 0 && settings.eval_every.is_some() {
             validate_now(0, trainer.model(), &mut outcome)?;
             tell_validated(&outcome, &mut on_event);
         }
@@ -137,11 +148,11 @@ impl<'a> Runner<'a> {
             on_event(RunEvent::Step { record: &record, last_loss, items_per_second: outcome.items_per_second() });
             outcome.records.push(record);
 
-            if settings.validates_at(step) {
+            if leads && settings.validates_at(step) {
                 validate_now(step, trainer.model(), &mut outcome)?;
                 tell_validated(&outcome, &mut on_event);
             }
-            if settings.checkpoints_at(step) {
+            if leads && settings.checkpoints_at(step) {
                 let dir = self.dir.expect("checked above: checkpoints have a directory");
                 let path = trainer
                     .save_checkpoint(dir.checkpoints_path())

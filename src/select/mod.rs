@@ -25,7 +25,7 @@ pub use pool::{init_memory_pool, PoolError, PoolLayout};
 pub use probe::{probe_cuda, probe_wgpu, AdapterKind, AdapterSummary, CudaStatus};
 #[cfg(feature = "cuda")]
 pub use run::CubeCuda;
-pub use run::{BackendJob, Checkpointing, CubeWgpu, TrainBackend};
+pub use run::{BackendJob, Checkpointing, CubeWgpu, ReplicatedJob, TrainBackend};
 
 /// The backend a user asks for.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -96,6 +96,13 @@ pub enum SelectError {
     NoWgpuAdapter,
     #[error("wgpu adapter {requested} was requested but only {available} adapter(s) exist")]
     NoSuchWgpuAdapter { requested: usize, available: usize },
+    #[error(
+        "the CPU backend has one device, 0, but device {requested} was requested (repeat 0, as in \
+         `--devices 0,0`, for several replicas on it)"
+    )]
+    NoSuchCpuDevice { requested: usize },
+    #[error("a data-parallel run needs at least one device")]
+    NoDevices,
     #[error(transparent)]
     Pool(#[from] PoolError),
 }
@@ -106,7 +113,7 @@ impl SelectError {
     /// other bad flag), 1 for a well-formed request this machine cannot serve.
     pub fn exit_code(&self) -> i32 {
         match self {
-            Self::UnknownBackend(_) | Self::Pool(PoolError::NotConfigurable { .. }) => 2,
+            Self::UnknownBackend(_) | Self::NoDevices | Self::Pool(PoolError::NotConfigurable { .. }) => 2,
             _ => 1,
         }
     }
@@ -210,6 +217,51 @@ impl fmt::Display for Selection {
             write!(f, ", memory pool {pool}")?;
         }
         write!(f, " (requested: {}; {})", self.requested, self.reason)
+    }
+}
+
+impl Selection {
+    /// The devices of a data-parallel run on the chosen backend, one replica each:
+    /// `indices` are CUDA ordinals, wgpu adapters in the order listed (as `--device`), or
+    /// the CPU backend's one device, 0. An index may repeat: its replicas share the
+    /// device. Refuses an empty list and devices that do not exist.
+    pub fn replica_devices(&self, indices: &[usize]) -> Result<Vec<Chosen>, SelectError> {
+        if indices.is_empty() {
+            return Err(SelectError::NoDevices);
+        }
+        match &self.chosen {
+            #[cfg(feature = "cuda")]
+            Chosen::Cuda { .. } => {
+                let available = match probe_cuda() {
+                    CudaStatus::Available { devices, .. } => devices,
+                    other => return Err(SelectError::CudaUnavailable(other.to_string())),
+                };
+                indices
+                    .iter()
+                    .map(|&requested| match requested < available {
+                        true => Ok(Chosen::Cuda { ordinal: requested }),
+                        false => Err(SelectError::NoSuchCudaDevice { requested, available }),
+                    })
+                    .collect()
+            }
+            Chosen::Wgpu { .. } => {
+                let adapters = probe_wgpu();
+                indices
+                    .iter()
+                    .map(|&requested| match adapters.get(requested) {
+                        Some(adapter) => Ok(Chosen::Wgpu { device: wgpu_device(adapter), adapter: adapter.clone() }),
+                        None => Err(SelectError::NoSuchWgpuAdapter { requested, available: adapters.len() }),
+                    })
+                    .collect()
+            }
+            Chosen::Cpu => indices
+                .iter()
+                .map(|&requested| match requested {
+                    0 => Ok(Chosen::Cpu),
+                    _ => Err(SelectError::NoSuchCpuDevice { requested }),
+                })
+                .collect(),
+        }
     }
 }
 
@@ -376,6 +428,24 @@ mod tests {
         assert_eq!(
             select_wgpu(2, &adapters).unwrap_err(),
             SelectError::NoSuchWgpuAdapter { requested: 2, available: 2 }
+        );
+    }
+
+    #[test]
+    fn replica_devices_exist_or_are_refused() {
+        let cpu = Selection { requested: BackendKind::Cpu, chosen: Chosen::Cpu, reason: String::new(), pool: None };
+        // The CPU's one device, twice: two replicas share it.
+        assert_eq!(cpu.replica_devices(&[0, 0]).unwrap(), vec![Chosen::Cpu, Chosen::Cpu]);
+        let err = cpu.replica_devices(&[0, 1]).unwrap_err();
+        assert_eq!(err, SelectError::NoSuchCpuDevice { requested: 1 });
+        assert!(err.to_string().contains("--devices 0,0"), "{err}");
+        assert_eq!(cpu.replica_devices(&[]).unwrap_err(), SelectError::NoDevices);
+        // wgpu indices are checked against the adapters this machine lists.
+        let wgpu = Selection::wgpu(WgpuDevice::DefaultDevice, "test");
+        let listed = probe::probe_wgpu().len();
+        assert_eq!(
+            wgpu.replica_devices(&[listed]).unwrap_err(),
+            SelectError::NoSuchWgpuAdapter { requested: listed, available: listed }
         );
     }
 }

@@ -87,22 +87,75 @@ impl Selection {
         }
     }
 
-    /// The one place a choice becomes a type: `Autodiff<B, C>` over the chosen backend,
-    /// wrapped in `Lean` when `lean`.
-    fn dispatch<J: BackendJob, C: CheckpointStrategy>(&self, job: J, lean: bool) -> J::Output {
-        match (&self.chosen, lean) {
-            #[cfg(feature = "cuda")]
-            (Chosen::Cuda { ordinal }, false) => {
-                job.run::<Autodiff<burn::backend::Cuda, C>>(burn::backend::cuda::CudaDevice::new(*ordinal))
-            }
-            #[cfg(feature = "cuda")]
-            (Chosen::Cuda { ordinal }, true) => {
-                job.run::<Autodiff<Lean<burn::backend::Cuda>, C>>(burn::backend::cuda::CudaDevice::new(*ordinal))
-            }
-            (Chosen::Wgpu { device, .. }, false) => job.run::<Autodiff<Wgpu, C>>(device.clone()),
-            (Chosen::Wgpu { device, .. }, true) => job.run::<Autodiff<Lean<Wgpu>, C>>(device.clone()),
-            (Chosen::Cpu, false) => job.run::<Autodiff<Flex, C>>(FlexDevice),
-            (Chosen::Cpu, true) => job.run::<Autodiff<Lean<Flex>, C>>(FlexDevice),
+    /// Runs `job` on `devices` (from [`replica_devices`](Self::replica_devices)), one
+    /// replica each, on Burn's default stack there, wrapped in `Lean` when `lean`.
+    pub fn run_replicated<J: ReplicatedJob>(
+        &self,
+        devices: &[Chosen],
+        job: J,
+        lean: bool,
+        checkpointing: Checkpointing,
+    ) -> J::Output {
+        match checkpointing {
+            Checkpointing::Off => dispatch::<J, NoCheckpointing>(devices, job, lean),
+            Checkpointing::Balanced => dispatch::<J, BalancedCheckpointing>(devices, job, lean),
         }
     }
+
+    fn dispatch<J: BackendJob, C: CheckpointStrategy>(&self, job: J, lean: bool) -> J::Output {
+        dispatch::<One<J>, C>(std::slice::from_ref(&self.chosen), One(job), lean)
+    }
+}
+
+/// Work written once, generic over the backend, run on several devices of it (one
+/// data-parallel replica each) by [`Selection::run_replicated`].
+pub trait ReplicatedJob {
+    type Output;
+
+    /// `devices` holds at least one device; a device may repeat.
+    fn run<B: TrainBackend>(self, devices: Vec<B::Device>) -> Self::Output;
+}
+
+/// A [`BackendJob`] as a replicated job on its one device.
+struct One<J>(J);
+
+impl<J: BackendJob> ReplicatedJob for One<J> {
+    type Output = J::Output;
+
+    fn run<B: TrainBackend>(self, devices: Vec<B::Device>) -> J::Output {
+        let device = devices.into_iter().next().expect("one device");
+        self.0.run::<B>(device)
+    }
+}
+
+/// The one place a choice becomes a type: `Autodiff<B, C>` over the chosen backend,
+/// wrapped in `Lean` when `lean`. `devices` are all of the first one's kind.
+fn dispatch<J: ReplicatedJob, C: CheckpointStrategy>(devices: &[Chosen], job: J, lean: bool) -> J::Output {
+    match (&devices[0], lean) {
+        #[cfg(feature = "cuda")]
+        (Chosen::Cuda { .. }, false) => job.run::<Autodiff<burn::backend::Cuda, C>>(cuda_devices(devices)),
+        #[cfg(feature = "cuda")]
+        (Chosen::Cuda { .. }, true) => job.run::<Autodiff<Lean<burn::backend::Cuda>, C>>(cuda_devices(devices)),
+        (Chosen::Wgpu { .. }, false) => job.run::<Autodiff<Wgpu, C>>(wgpu_devices(devices)),
+        (Chosen::Wgpu { .. }, true) => job.run::<Autodiff<Lean<Wgpu>, C>>(wgpu_devices(devices)),
+        (Chosen::Cpu, false) => job.run::<Autodiff<Flex, C>>(vec![FlexDevice; devices.len()]),
+        (Chosen::Cpu, true) => job.run::<Autodiff<Lean<Flex>, C>>(vec![FlexDevice; devices.len()]),
+    }
+}
+
+#[cfg(feature = "cuda")]
+fn cuda_devices(devices: &[Chosen]) -> Vec<burn::backend::cuda::CudaDevice> {
+    let ordinal = |chosen: &Chosen| match chosen {
+        Chosen::Cuda { ordinal } => *ordinal,
+        other => unreachable!("a CUDA run was given {other:?}"),
+    };
+    devices.iter().map(|chosen| burn::backend::cuda::CudaDevice::new(ordinal(chosen))).collect()
+}
+
+fn wgpu_devices(devices: &[Chosen]) -> Vec<burn::backend::wgpu::WgpuDevice> {
+    let device = |chosen: &Chosen| match chosen {
+        Chosen::Wgpu { device, .. } => device.clone(),
+        other => unreachable!("a wgpu run was given {other:?}"),
+    };
+    devices.iter().map(device).collect()
 }

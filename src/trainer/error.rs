@@ -62,6 +62,16 @@ pub enum TrainerError {
     /// The model is gone: an earlier step panicked while it was out of the trainer.
     #[error("the model was lost when an earlier step panicked; rebuild the trainer")]
     ModelLost,
+    /// A data-parallel reduction failed: another replica failed and released the others
+    /// ([`Replica::abort`](super::Replica::abort)), or the replicas do not match. The
+    /// step changed nothing on this replica.
+    #[error("replica {rank}: {reason}")]
+    Replica {
+        /// This replica's rank.
+        rank: usize,
+        /// What failed.
+        reason: String,
+    },
 }
 
 impl TrainerError {

@@ -26,6 +26,7 @@ use super::predict::guard::RollbackReason;
 use super::predict::phase::Phase;
 use super::predict::predictor::UpdatePredictor;
 use super::predict::snapshot::Snapshot;
+use super::replica::Replica;
 use super::reports::statistics::TrainerStatistics;
 use super::reports::step_report::{JsonlWriter, StepReport};
 use super::step::{ForwardLoss, HybridBatch, HybridModel, StepLoss};
@@ -83,6 +84,8 @@ where
     pub(super) keep_outputs: bool,
     /// The last full step's output, until taken.
     pub(super) output: Option<<M as TrainStep>::Output>,
+    /// This trainer's place in a data-parallel run (`with_replica`).
+    pub(super) replica: Option<Replica>,
     pub(super) batch: PhantomData<fn(T)>,
 }
 
@@ -135,6 +138,7 @@ where
             probe_set_given: false,
             keep_outputs: false,
             output: None,
+            replica: None,
             batch: PhantomData,
         }
     }
@@ -228,6 +232,26 @@ where
         self.probe_set = Some(batches);
         self.probe_set_given = true;
         Ok(self)
+    }
+
+    /// Makes this trainer one replica of a data-parallel run: each replica steps on its
+    /// own share of every batch, and the gradients, the losses every decision reads (the
+    /// guard's running loss, a block's probe losses, the loss scaler's overflow check)
+    /// and the model's buffers are averaged over the replicas, so they all apply the same
+    /// updates and take the same decisions. Give every replica a copy of one model (and
+    /// the same configuration, schedule and optimizer); the replicas check that their
+    /// parameters match here, and fail with [`TrainerError::Replica`] otherwise. Every
+    /// replica must call this and then step in lockstep: a reduction waits for all of
+    /// them. [`runner::data_parallel`](crate::runner::data_parallel) runs the replicas.
+    pub fn with_replica(mut self, replica: Replica) -> Result<Self, TrainerError> {
+        replica.check_same_parameters::<B, M>(self.model(), &self.device)?;
+        self.replica = Some(replica);
+        Ok(self)
+    }
+
+    /// This trainer's place in a data-parallel run, if it is in one.
+    pub fn replica(&self) -> Option<&Replica> {
+        self.replica.as_ref()
     }
 
     /// Keeps the newest `keep` checkpoints (at least one) when saving; default 2.
@@ -399,6 +423,7 @@ where
             }
         }
         let seconds = started.elapsed().as_secs_f64();
+        let items = items * self.replica.map_or(1, |replica| replica.replicas());
 
         if !outcome.rolled_back {
             // No block while the predictor is empty or the learning rate still warms up. With
@@ -543,6 +568,26 @@ where
             None => accumulated.mean::<B>(&model),
         };
         let mean_loss = loss_sum.map(|sum| sum.div_scalar(count as f64));
+        // Data-parallel: every value below is the replicas' mean (the overflow check their
+        // sum), so every replica applies the same update and takes the same decisions.
+        let (model, grads, mean_loss, overflow_check) = match self.replica {
+            None => (model, grads, mean_loss, overflow_check),
+            Some(replica) => {
+                let reduced = (|| {
+                    let grads = replica.mean_gradients::<B::InnerBackend>(grads)?;
+                    let mean_loss = mean_loss.map(|loss| replica.mean(loss)).transpose()?;
+                    let overflow_check = overflow_check.map(|check| replica.sum(check)).transpose()?;
+                    Ok::<_, TrainerError>((grads, mean_loss, overflow_check))
+                })();
+                match reduced {
+                    Ok((grads, mean_loss, overflow_check)) => (model, grads, mean_loss, overflow_check),
+                    Err(err) => {
+                        self.model = Some(model);
+                        return Err(err);
+                    }
+                }
+            }
+        };
 
         if let Some(scaler) = self.state.loss_scaler.as_mut().filter(|_| scaling) {
             // One scalar read per full step: the price of knowing whether to apply it.
@@ -701,7 +746,13 @@ where
         let model = self.model.take().ok_or(TrainerError::ModelLost)?;
         let snapshot = Snapshot::take(&model.valid(), self.state.config.snapshot);
         self.state.statistics.snapshot_bytes = self.state.statistics.snapshot_bytes.max(snapshot.bytes());
-        let before = self.probe(&model, &probe_set);
+        let before = match self.probe(&model, &probe_set) {
+            Ok(loss) => loss,
+            Err(err) => {
+                self.model = Some(model);
+                return Err(err);
+            }
+        };
         if !before.is_finite() && !self.probe_set_given {
             // A probe set the model cannot score would reject every block: take the next
             // block's instead.
@@ -714,6 +765,13 @@ where
         drop(prediction);
         let after = self.probe(&model, &probe_set);
         drop(probe_set);
+        let after = match after {
+            Ok(loss) => loss,
+            Err(err) => {
+                self.model = Some(snapshot.restore::<B, M>(model));
+                return Err(err);
+            }
+        };
 
         let verdict = self.state.guard.judge_block(before, after, steps);
         // Where the verdict leaves the weights: the jump, or the block's start restored.
@@ -764,8 +822,9 @@ where
         Ok(StepOutcome { rolled_back: true, gain, efficiency: verdict.efficiency, ran_full: true, ..full })
     }
 
-    /// The mean loss of `batches` on the inner model, in the compute precision.
-    fn probe(&self, model: &M, batches: &[T]) -> f64 {
+    /// The mean loss of `batches` on the inner model, in the compute precision; in a
+    /// data-parallel run, the mean of every replica's.
+    fn probe(&self, model: &M, batches: &[T]) -> Result<f64, TrainerError> {
         let mixed = self.forward_loss.is_some();
         let dtype = self.precision.precision.dtype();
         let inner = if mixed { model.valid().map(&mut CastParams(dtype)) } else { model.valid() };
@@ -780,7 +839,12 @@ where
                 None => loss,
             });
         }
-        loss_sum.map_or(f64::NAN, |sum| sum.into_scalar().elem::<f64>() / batches.len() as f64)
+        let mean = loss_sum.map(|sum| sum.div_scalar(batches.len() as f64));
+        let mean = match (self.replica, mean) {
+            (Some(replica), Some(mean)) => Some(replica.mean(mean)?),
+            (_, mean) => mean,
+        };
+        Ok(mean.map_or(f64::NAN, |mean| mean.into_scalar().elem::<f64>()))
     }
 }
 

@@ -59,6 +59,7 @@ mod lr;
 mod params;
 mod precision;
 mod predict;
+mod replica;
 mod reports;
 mod step;
 
@@ -79,6 +80,7 @@ pub use params::ParamUpdates;
 pub use precision::{LossScaleConfig, LossScaler, Precision, PrecisionConfig};
 pub use predict::phase::Phase;
 pub use predict::predictor::UpdatePredictor;
+pub use replica::Replica;
 pub use reports::statistics::TrainerStatistics;
 pub use reports::step_report::StepReport;
 pub use step::{ForwardLoss, HybridBatch, HybridModel, StepLoss};

@@ -34,7 +34,8 @@ pub struct StepReport {
     pub lr: f64,
     /// Wall-clock seconds, device work included.
     pub seconds: f64,
-    /// Items (examples or tokens) in the batch.
+    /// Items (examples or tokens) in the batch; in a data-parallel run, this replica's
+    /// times the replicas (every replica takes an equal share).
     pub items: usize,
     /// `items / seconds`.
     pub items_per_second: f64,

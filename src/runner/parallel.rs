@@ -1,0 +1,114 @@
+//! Data-parallel runs: one replica per device, each on its own thread, kept in step by
+//! burn-collective's all-reduce (see [`Replica`]).
+
+use std::any::Any;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::Mutex;
+
+use burn::collective::CollectiveConfig;
+use burn::module::AutodiffModule;
+use burn::tensor::backend::AutodiffBackend;
+
+use super::error::RunError;
+use crate::trainer::Replica;
+
+/// burn-collective keeps one collective per backend type and process: one run at a time.
+static ONE_RUN: Mutex<()> = Mutex::new(());
+
+/// Runs `job` once per device, each on its own thread, as replica `rank` of
+/// `devices.len()`: `job(replica, model, device)` gets a copy of `model` on its device
+/// (the same parameters, as [`HybridTrainer::with_replica`] requires) and trains it
+/// there, typically with [`RunDir::start_replica_trainer`](super::RunDir::start_replica_trainer)
+/// and a [`Runner`](super::Runner) (a [follower](super::Runner::follower) on every rank
+/// but 0). A device may appear more than once: its replicas share it (two logical
+/// devices on one CPU, say).
+///
+/// `collective` is burn-collective's configuration: its device count is set here; its
+/// global settings (nodes, the orchestrator's address) make the run span several nodes,
+/// each running this with its own devices.
+///
+/// Returns every replica's result in rank order. When a replica fails (an error or a
+/// panic), it releases the others waiting in a reduction, which then stop with an error
+/// too, and the first failure is returned as [`RunError::Replica`].
+///
+/// [`HybridTrainer::with_replica`]: crate::trainer::HybridTrainer::with_replica
+pub fn data_parallel<B, M, R, F>(
+    devices: &[B::Device],
+    collective: CollectiveConfig,
+    model: M,
+    job: F,
+) -> Result<Vec<R>, RunError>
+where
+    B: AutodiffBackend,
+    M: AutodiffModule<B> + Send,
+    R: Send,
+    F: Fn(Replica, M, B::Device) -> Result<R, RunError> + Sync,
+{
+    if devices.is_empty() {
+        return Err(RunError::Settings("a data-parallel run needs at least one device".into()));
+    }
+    let replicas = devices.len();
+    // Lazy parameters would initialise anew in every copy.
+    let model = crate::init::materialize(model);
+    let collective = collective.with_num_devices(replicas);
+    let _one_run = ONE_RUN.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    // A run that failed earlier may have left peers registered.
+    Replica::abort::<B::InnerBackend>();
+    let first_failure: Mutex<Option<(usize, RunError)>> = Mutex::new(None);
+    let fail = |rank: usize, err: RunError| {
+        let mut first = first_failure.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if first.is_none() {
+            *first = Some((rank, err));
+            // Releases the replicas waiting in a reduction for this one.
+            Replica::abort::<B::InnerBackend>();
+        }
+    };
+    let results: Vec<Option<R>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = devices
+            .iter()
+            .enumerate()
+            .map(|(rank, device)| {
+                let (model, device, collective) = (model.clone(), device.clone(), collective.clone());
+                let (job, fail) = (&job, &fail);
+                std::thread::Builder::new()
+                    .name(format!("replica-{rank}"))
+                    .spawn_scoped(scope, move || {
+                        let run = || -> Result<R, RunError> {
+                            let replica = Replica::join::<B::InnerBackend>(rank, replicas, &device, collective)
+                                .map_err(RunError::Start)?;
+                            let result = job(replica, model.fork(&device), device)?;
+                            replica.leave::<B::InnerBackend>().map_err(RunError::Start)?;
+                            Ok(result)
+                        };
+                        match catch_unwind(AssertUnwindSafe(run)) {
+                            Ok(Ok(result)) => Some(result),
+                            Ok(Err(err)) => {
+                                fail(rank, err);
+                                None
+                            }
+                            Err(panic) => {
+                                fail(rank, RunError::Panicked(panic_message(panic)));
+                                None
+                            }
+                        }
+                    })
+                    .expect("spawning a replica thread")
+            })
+            .collect();
+        handles.into_iter().map(|handle| handle.join().ok().flatten()).collect()
+    });
+    Replica::abort::<B::InnerBackend>();
+    if let Some((rank, source)) = first_failure.into_inner().unwrap_or_else(|poisoned| poisoned.into_inner()) {
+        return Err(RunError::Replica { rank, replicas, source: Box::new(source) });
+    }
+    Ok(results.into_iter().map(|result| result.expect("every replica succeeded")).collect())
+}
+
+fn panic_message(panic: Box<dyn Any + Send>) -> String {
+    let message = panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic without a message".into());
+    format!("panicked: {message}")
+}
