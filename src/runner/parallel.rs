@@ -23,9 +23,10 @@ static ONE_RUN: Mutex<()> = Mutex::new(());
 /// but 0). A device may appear more than once: its replicas share it (two logical
 /// devices on one CPU, say).
 ///
-/// `collective` is burn-collective's configuration: its device count is set here; its
-/// global settings (nodes, the orchestrator's address) make the run span several nodes,
-/// each running this with its own devices.
+/// `collective` is burn-collective's configuration (its local strategies): its device
+/// count is set here. Its global settings (several nodes) are refused: burn-collective
+/// 0.21's all-reduce across nodes never returns from its second call (see
+/// docs/parallel.md, "Several nodes").
 ///
 /// Returns every replica's result in rank order. When a replica fails (an error or a
 /// panic), it releases the others waiting in a reduction, which then stop with an error
@@ -46,6 +47,13 @@ where
 {
     if devices.is_empty() {
         return Err(RunError::Settings("a data-parallel run needs at least one device".into()));
+    }
+    if spans_nodes(&collective) {
+        return Err(RunError::Settings(
+            "data_parallel runs within one process: burn-collective 0.21's all-reduce across nodes never \
+             returns from its second call (docs/parallel.md, \"Several nodes\")"
+                .into(),
+        ));
     }
     let replicas = devices.len();
     // Lazy parameters would initialise anew in every copy.
@@ -102,6 +110,11 @@ where
         return Err(RunError::Replica { rank, replicas, source: Box::new(source) });
     }
     Ok(results.into_iter().map(|result| result.expect("every replica succeeded")).collect())
+}
+
+/// Whether `config` names nodes (its fields are private; its serialised form is not).
+fn spans_nodes(config: &CollectiveConfig) -> bool {
+    serde_json::to_value(config).map_or(true, |value| !value["num_nodes"].is_null())
 }
 
 fn panic_message(panic: Box<dyn Any + Send>) -> String {

@@ -169,6 +169,61 @@ fn replicas_of_separately_built_models_are_refused() {
     }
 }
 
+/// Replicas resumed from different checkpoints would train on apart: refused. (The
+/// control, replicas that start alike, is every other test here.)
+#[test]
+fn replicas_that_start_after_different_steps_are_refused() {
+    let result = within_a_minute(|| {
+        data_parallel::<Train, _, _, _>(
+            &[DEVICE, DEVICE],
+            CollectiveConfig::default(),
+            Regressor::<Train>::new(&DEVICE),
+            |replica, model, device| {
+                let mut trainer = HybridTrainer::<Train, _, _, Batch>::new(
+                    model,
+                    SgdConfig::new().init(),
+                    config(),
+                    LrSchedule::Constant { lr: 0.05 },
+                    device,
+                )
+                .map_err(RunError::Start)?;
+                if replica.rank() == 1 {
+                    trainer.step(batch(0)).map_err(|source| RunError::Step { step: 1, source })?;
+                }
+                trainer.with_replica(replica).map(|_| ()).map_err(RunError::Start)
+            },
+        )
+    });
+    match result {
+        Err(RunError::Replica { source, .. }) => assert!(
+            matches!(&*source, RunError::Start(TrainerError::Replica { reason, .. }) if reason.contains("same checkpoint")),
+            "{source}"
+        ),
+        other => panic!("expected replicas at different steps to be refused, got {:?}", other.map(|_| ())),
+    }
+}
+
+/// Settings for several nodes are refused before anything joins, not left to hang.
+#[test]
+fn settings_for_several_nodes_are_refused() {
+    let nodes = CollectiveConfig::default()
+        .with_num_nodes(2)
+        .with_global_address("ws://127.0.0.1:1".parse().unwrap())
+        .with_node_address("ws://127.0.0.1:2".parse().unwrap())
+        .with_data_service_port(2);
+    let run = |config| {
+        within_a_minute(move || {
+            data_parallel::<Train, _, _, _>(&[DEVICE], config, Regressor::<Train>::new(&DEVICE), |_, _, _| Ok(()))
+        })
+    };
+    match run(nodes) {
+        Err(RunError::Settings(message)) => assert!(message.contains("across nodes"), "{message}"),
+        other => panic!("expected several nodes to be refused, got {other:?}"),
+    }
+    // The control: the same run on one node.
+    assert!(run(CollectiveConfig::default()).is_ok());
+}
+
 fn scratch(name: &str) -> std::path::PathBuf {
     let dir = std::env::temp_dir().join(format!("leanburn-parallel-{}-{name}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);

@@ -237,14 +237,16 @@ where
     /// Makes this trainer one replica of a data-parallel run: each replica steps on its
     /// own share of every batch, and the gradients, the losses every decision reads (the
     /// guard's running loss, a block's probe losses, the loss scaler's overflow check)
-    /// and the model's buffers are averaged over the replicas, so they all apply the same
-    /// updates and take the same decisions. Give every replica a copy of one model (and
-    /// the same configuration, schedule and optimizer); the replicas check that their
-    /// parameters match here, and fail with [`TrainerError::Replica`] otherwise. Every
+    /// are averaged over the replicas, so they all apply the same updates and take the
+    /// same decisions. Give every replica a copy of one model (and the same configuration,
+    /// schedule and optimizer); the replicas check here that their parameters match and
+    /// that they start after the same step, and fail with [`TrainerError::Replica`]
+    /// otherwise. Every
     /// replica must call this and then step in lockstep: a reduction waits for all of
     /// them. [`runner::data_parallel`](crate::runner::data_parallel) runs the replicas.
     pub fn with_replica(mut self, replica: Replica) -> Result<Self, TrainerError> {
         replica.check_same_parameters::<B, M>(self.model(), &self.device)?;
+        replica.check_same_step::<B::InnerBackend>(self.steps_taken(), &self.device)?;
         self.replica = Some(replica);
         Ok(self)
     }

@@ -108,6 +108,31 @@ impl Replica {
         Ok(Tensor::from_primitive(TensorPrimitive::Float(reduced)))
     }
 
+    /// Fails unless every replica has taken `steps` steps: replicas resumed from different
+    /// checkpoints would otherwise train on apart.
+    pub(super) fn check_same_step<I: Backend>(&self, steps: usize, device: &I::Device) -> Result<(), TrainerError> {
+        let local = [steps as f32, (steps as f32) * (steps as f32)];
+        let mean = self.read(self.mean(Tensor::<I, 1>::from_data(TensorData::from(local), device))?)?;
+        if mean[0] != local[0] || (mean[1] - mean[0] * mean[0]).abs() > 0.25 {
+            return Err(TrainerError::Replica {
+                rank: self.rank,
+                reason: format!(
+                    "this replica starts after step {steps}, others elsewhere (a mean of {:.1}): resume every \
+                     replica from the same checkpoint",
+                    mean[0]
+                ),
+            });
+        }
+        Ok(())
+    }
+
+    fn read<I: Backend, const D: usize>(&self, tensor: Tensor<I, D>) -> Result<Vec<f32>, TrainerError> {
+        tensor.into_data().to_vec::<f32>().map_err(|err| TrainerError::Replica {
+            rank: self.rank,
+            reason: format!("reading a reduced value: {err:?}"),
+        })
+    }
+
     /// Fails unless every replica holds a model with the same parameters (the same
     /// [`ParamId`]s, the key every reduction pairs tensors by), as it does when every
     /// replica's model is a copy of one model; models built separately get new ids.
@@ -126,10 +151,7 @@ impl Replica {
         let count = ids.0.len() as f32;
         let local = [a, a * a, b, b * b, count];
         let tensor = Tensor::<B::InnerBackend, 1>::from_data(TensorData::from(local), device);
-        let mean = self.mean(tensor)?.into_data().to_vec::<f32>().map_err(|err| TrainerError::Replica {
-            rank: self.rank,
-            reason: format!("reading the parameter check: {err:?}"),
-        })?;
+        let mean = self.read(self.mean(tensor)?)?;
         let spread = |m: f32, m2: f32| (m2 - m * m).abs() > 0.25;
         if mean[4] != count || mean[0] != a || mean[2] != b || spread(mean[0], mean[1]) || spread(mean[2], mean[3]) {
             return Err(TrainerError::Replica {
