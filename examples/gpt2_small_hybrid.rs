@@ -108,9 +108,10 @@ struct Args {
     #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..))]
     checkpoint_every: u64,
     /// Compute the loss this many tokens at a time, never building the full
-    /// `tokens × vocab` logits (see `docs/gpt2.md`); 0 builds them. Default: 128 tokens on
-    /// the CPU backend (faster there too: docs/benchmarks.md), 256 elsewhere, wherever the
-    /// memory estimate is smaller with the chunk than without; otherwise off.
+    /// `tokens × vocab` logits (see `docs/gpt2.md`); 0 builds them. Default on the CPU
+    /// backend: 512 tokens where a step has at least 512 (faster there too:
+    /// docs/benchmarks.md); elsewhere 128 on the CPU and 256 on GPUs, wherever the memory
+    /// estimate is smaller with the chunk than without; otherwise off.
     #[arg(long)]
     loss_chunk: Option<u64>,
     /// `lean`: leanburn's attention, which keeps no `seq × seq` scores for the backward
@@ -141,10 +142,16 @@ fn main() {
     exit_on_failure(config::parse_with_config::<Args>().and_then(|(args, matches)| run(args, &matches)));
 }
 
-/// Tokens per loss chunk on the CPU backend when `--loss-chunk` is not given: on 2 cores
-/// at gpt2-mini 8 × 64 the fused chunked loss ran faster than the full logits with under
-/// half the resident memory (docs/benchmarks.md, "The main job on the CPU").
-const CPU_LOSS_CHUNK: usize = 128;
+/// Tokens per loss chunk on the CPU backend when `--loss-chunk` is not given and a step
+/// has at least this many: on 2 cores at gpt2-mini and gpt2-tiny 8 × 64 the fused loss in
+/// one chunk of 512 ran 1.2× the tokens/s of chunks of 128 (the LM head's matmuls run
+/// faster with more rows) and 1.7× the full logits', at 0.4 of PyTorch's resident memory
+/// (docs/benchmarks.md, "The main job on the CPU").
+const CPU_LOSS_CHUNK: usize = 512;
+
+/// Tokens per loss chunk on the CPU backend for steps of fewer tokens than
+/// [`CPU_LOSS_CHUNK`], where the memory estimate says it saves.
+const CPU_SMALL_LOSS_CHUNK: usize = 128;
 
 /// Tokens per loss chunk elsewhere: one chunk's logits are 49 MiB at GPT-2's padded
 /// vocabulary, which llvmpipe's pool can allocate (the 196 MiB buffer of gpt2-mini's full
@@ -197,10 +204,11 @@ fn run(args: Args, matches: &ArgMatches) -> Result<(), Failure> {
     let loss_chunk = match args.loss_chunk {
         Some(0) => None,
         Some(chunk) => Some(chunk as usize),
-        None => {
-            let chunk = if selection.kind() == BackendKind::Cpu { CPU_LOSS_CHUNK } else { GPU_LOSS_CHUNK };
-            Gpt2MemoryEstimate::loss_chunk_that_saves(&config, batch, seq, 4, chunk)
-        }
+        None => match selection.kind() {
+            BackendKind::Cpu if batch * seq >= CPU_LOSS_CHUNK => Some(CPU_LOSS_CHUNK),
+            BackendKind::Cpu => Gpt2MemoryEstimate::loss_chunk_that_saves(&config, batch, seq, 4, CPU_SMALL_LOSS_CHUNK),
+            _ => Gpt2MemoryEstimate::loss_chunk_that_saves(&config, batch, seq, 4, GPU_LOSS_CHUNK),
+        },
     };
 
     check_memory(&args, &selection, &config, &preset, batch, seq, loss_chunk)?;

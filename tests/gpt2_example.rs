@@ -253,7 +253,8 @@ fn a_config_file_fills_in_under_the_flags_and_the_saved_one_repeats_the_run() {
     {
         assert_eq!(saved[name], value, "{name} in {saved}");
     }
-    // 48 tokens a step: a chunk of the CPU's 128 would save nothing, so the full logits.
+    // 48 tokens a step, under the CPU's one chunk of 512: a chunk of 128 would save nothing,
+    // so the full logits.
     assert_eq!(saved["loss-chunk"], "0", "the CPU default, as decided: {saved}");
     assert_eq!(saved["pad-vocab"], "1", "the CPU default, as decided: {saved}");
     for per_invocation in ["resume", "config", "kernel-cache", "warm-cache"] {

@@ -11,8 +11,11 @@
 //!   and its dropout; with leanburn's attention ([`Gpt2Attention::Lean`], the default)
 //!   `17·d + heads`: no scores, one log-sum-exp per row and head;
 //! - **logits**: the LM head's `tokens × vocab` logits, their log-softmax and its gradient
-//!   (3 copies); with a loss chunk, three copies of `chunk × vocab` plus the fused loss's
-//!   retained gradients `tokens × d + vocab × d`.
+//!   (3 copies); with a loss chunk (the fused loss, [`fused_lm_head_loss`]), three copies
+//!   of `chunk × vocab` (at most `tokens × vocab`: one chunk) plus its retained gradients
+//!   `tokens × d + vocab × d`.
+//!
+//! [`fused_lm_head_loss`]: super::lm_head_loss::fused_lm_head_loss
 //!
 //! It is an estimate: allocator pages, kernel workspaces and fragmentation come on top,
 //! and backends differ in what they keep. `examples/gpt2_small_hybrid.rs` prints it before
@@ -60,7 +63,7 @@ impl Gpt2MemoryEstimate {
         let per_token_layer = 17.0 * d + kept_by_attention;
         let activations = config.layers as f64 * tokens * per_token_layer * elem;
         let logits = match loss_chunk {
-            Some(chunk) if (chunk as f64) < tokens => (3.0 * chunk as f64 * vocab + tokens * d + vocab * d) * elem,
+            Some(chunk) if chunk > 0 => (3.0 * (chunk as f64).min(tokens) * vocab + tokens * d + vocab * d) * elem,
             _ => 3.0 * tokens * vocab * elem,
         };
         Self {
@@ -133,8 +136,11 @@ mod tests {
         let chunked = Gpt2MemoryEstimate::new(&config, 8, 1024, 4, Some(1024), Gpt2Attention::Burn);
         assert_eq!(chunked.logits, (3 * 1024 * 50_257 + 8 * 1024 * 768 + 50_257 * 768) * 4);
         assert!(chunked.total() + 4_000_000_000 < plain.total());
-        // A chunk as large as the batch changes nothing.
-        assert_eq!(Gpt2MemoryEstimate::new(&config, 8, 1024, 4, Some(8192), Gpt2Attention::Burn), plain);
+        // A chunk as large as the batch is one chunk of the fused loss: the full logits'
+        // copies and the retained gradients (the CPU's default at 512 tokens).
+        let one_chunk = Gpt2MemoryEstimate::new(&config, 8, 1024, 4, Some(8192), Gpt2Attention::Burn);
+        assert_eq!(one_chunk.logits, plain.logits + (8 * 1024 * 768 + 50_257 * 768) * 4);
+        assert_eq!(Gpt2MemoryEstimate::new(&config, 8, 1024, 4, Some(0), Gpt2Attention::Burn), plain);
     }
 
     #[test]
