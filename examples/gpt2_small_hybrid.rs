@@ -145,7 +145,7 @@ fn main() {
 /// Tokens per loss chunk on the CPU backend when `--loss-chunk` is not given and a step
 /// has at least this many: on 2 cores at gpt2-mini and gpt2-tiny 8 × 64 the fused loss in
 /// one chunk of 512 ran 1.2× the tokens/s of chunks of 128 (the LM head's matmuls run
-/// faster with more rows) and 1.7× the full logits', at 0.4 of PyTorch's resident memory
+/// faster with more rows) and 1.6× the full logits', at 0.4 of PyTorch's resident memory
 /// (docs/benchmarks.md, "The main job on the CPU").
 const CPU_LOSS_CHUNK: usize = 512;
 
