@@ -111,9 +111,12 @@ impl Replica {
     /// Fails unless every replica has taken `steps` steps: replicas resumed from different
     /// checkpoints would otherwise train on apart.
     pub(super) fn check_same_step<I: Backend>(&self, steps: usize, device: &I::Device) -> Result<(), TrainerError> {
-        let local = [steps as f32, (steps as f32) * (steps as f32)];
+        // Replicas that differ leave at least one at half a step or more from the mean,
+        // and that one fails the run. (A square for the spread would lose its exactness in
+        // f32 after a few thousand steps.)
+        let local = [steps as f32];
         let mean = self.read(self.mean(Tensor::<I, 1>::from_data(TensorData::from(local), device))?)?;
-        if mean[0] != local[0] || (mean[1] - mean[0] * mean[0]).abs() > 0.25 {
+        if (mean[0] - local[0]).abs() > 0.25 {
             return Err(TrainerError::Replica {
                 rank: self.rank,
                 reason: format!(
