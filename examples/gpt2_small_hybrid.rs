@@ -37,9 +37,11 @@ use leanburn::data::{
     WindowSampler,
 };
 use leanburn::memory::format_bytes;
-use leanburn::model::{Gpt2, Gpt2Attention, Gpt2Config, Gpt2MemoryEstimate, GPT2_PRESETS};
+use leanburn::model::{Gpt2, Gpt2Attention, Gpt2Config, Gpt2MemoryEstimate, Gpt2PoolReserve, PoolPages, GPT2_PRESETS};
 use leanburn::runner::{CorpusCheck, RunDir, RunOutcome, Validation};
-use leanburn::select::{device_memory, select, BackendArgs, BackendJob, BackendKind, Chosen, Selection, TrainBackend};
+use leanburn::select::{
+    device_memory, largest_pool_page, select, BackendArgs, BackendJob, BackendKind, Chosen, Selection, TrainBackend,
+};
 use leanburn::trainer::{HybridConfig, HybridTrainer, LrSchedule, Precision, PrecisionConfig};
 
 #[derive(Parser, Debug, Clone)]
@@ -287,8 +289,9 @@ fn check_corpus(dir: &RunDir, fingerprint: &CorpusFingerprint, args: &Args) -> R
     Ok(())
 }
 
-/// Prints the memory estimate and refuses a run that cannot fit where the device's
-/// memory is known.
+/// Prints the memory estimates and refuses a run that cannot fit where the device's
+/// memory is known: the pool's reserve where the device has a paged pool, the tensors
+/// otherwise.
 fn check_memory(
     args: &Args,
     selection: &Selection,
@@ -303,17 +306,24 @@ fn check_memory(
         "{preset}: {} parameters; batch {batch} × {seq} tokens; estimated peak {estimate}",
         config.parameter_count()
     );
+    let reserve = largest_pool_page(selection).map(|largest| {
+        Gpt2PoolReserve::new(config, batch, seq, loss_chunk, args.attention, PoolPages::sub_slices(largest))
+    });
+    if let Some(reserve) = reserve {
+        eprintln!("  estimated pool reserve: {reserve}");
+    }
     if loss_chunk.is_none() {
         let chunked = Gpt2MemoryEstimate::new(config, batch, seq, 4, Some(seq), args.attention);
         if chunked.total() < estimate.total() {
             eprintln!("  (with --loss-chunk {seq}: {})", format_bytes(chunked.total() as f64));
         }
     }
+    let needed = reserve.map_or(estimate.total(), |reserve| reserve.total());
     match device_memory(selection) {
-        Some(capacity) if estimate.total() > capacity && !args.ignore_memory_estimate => Err(bad_input(format!(
+        Some(capacity) if needed > capacity && !args.ignore_memory_estimate => Err(bad_input(format!(
             "this run needs about {} but the device has {}: lower --batch or --seq, {}or a smaller \
              --preset (--ignore-memory-estimate starts anyway)",
-            format_bytes(estimate.total() as f64),
+            format_bytes(needed as f64),
             format_bytes(capacity as f64),
             if loss_chunk.is_none() { format!("pass --loss-chunk {}, ", seq.min(256)) } else { String::new() },
         ))),

@@ -33,7 +33,7 @@ use crate::trainer::ForwardLoss;
 
 use super::lm_head_loss::{chunked_lm_head_loss, fused_lm_head_loss};
 use crate::data::{HostBatch, TokenBatch};
-use crate::init::materialize;
+use crate::init::materialize_persistent;
 use crate::trainer::StepLoss;
 
 /// The GPT-2 vocabulary (`r50k_base`): 50,000 merges, 256 bytes, `<|endoftext|>`.
@@ -141,17 +141,29 @@ impl Gpt2Config {
 
     /// Trainable parameters, counted from the shapes without building the model.
     pub fn parameter_count(&self) -> usize {
+        self.parameter_tensors().iter().sum()
+    }
+
+    /// The elements of each parameter tensor, in the model's order: the token and position
+    /// embeddings, each block's layer norm, attention (`qkv`, `projection`, weights then
+    /// biases), layer norm and MLP (`expand`, `project`), and the final layer norm.
+    pub(crate) fn parameter_tensors(&self) -> Vec<usize> {
         let (d, v) = (self.d_model, self.padded_vocab());
-        let layer_norm = 2 * d;
-        let attention = (d * 3 * d + 3 * d) + (d * d + d);
-        let mlp = (d * 4 * d + 4 * d) + (4 * d * d + d);
-        let block = 2 * layer_norm + attention + mlp;
-        v * d + self.context * d + self.layers * block + layer_norm
+        let layer_norm = [d, d];
+        let block =
+            [&layer_norm[..], &[d * 3 * d, 3 * d, d * d, d], &layer_norm, &[d * 4 * d, 4 * d, 4 * d * d, d]].concat();
+        let mut tensors = vec![v * d, self.context * d];
+        for _ in 0..self.layers {
+            tensors.extend_from_slice(&block);
+        }
+        tensors.extend_from_slice(&layer_norm);
+        tensors
     }
 
     /// Builds the model with GPT-2's initialisation: weights `N(0, 0.02)`, residual output
     /// projections `N(0, 0.02/√(2·layers))`, LayerNorm `γ = 1, β = 0`. The weights are
-    /// drawn now, not lazily, so clones share them (see [`materialize`]).
+    /// drawn now, not lazily, so clones share them, and sit in the device's persistent
+    /// memory (see [`materialize_persistent`]).
     ///
     /// # Panics
     /// If [`validate`](Self::validate) fails.
@@ -196,7 +208,7 @@ impl Gpt2Config {
             vocab_size: self.vocab_size,
             loss_chunk: 0,
         };
-        materialize(model)
+        materialize_persistent(model)
     }
 }
 

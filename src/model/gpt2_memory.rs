@@ -17,10 +17,35 @@
 //!
 //! [`fused_lm_head_loss`]: super::lm_head_loss::fused_lm_head_loss
 //!
-//! It is an estimate: allocator pages, kernel workspaces and fragmentation come on top,
-//! and backends differ in what they keep. `examples/gpt2_small_hybrid.rs` prints it before
-//! training and refuses to start when it exceeds the device's memory.
+//! It counts tensors: allocator pages, kernel workspaces and fragmentation come on top,
+//! and backends differ in what they keep.
+//!
+//! [`Gpt2PoolReserve`] estimates what a CubeCL device pool then *reserves*, page rounding
+//! included. CubeCL 0.10 keeps two kinds of memory that do not lend to each other:
+//!
+//! - the **persistent** part: one buffer of exactly its size per allocation. The model's
+//!   weights are put there ([`materialize_persistent`]), and every later allocation of a
+//!   size it already holds goes there too. For each distinct weight size held by `n`
+//!   tensors it reaches `4n + 3` buffers: weights, gradients and the two moments, plus the
+//!   optimizer's update of one tensor (its new weight and moments before the old are
+//!   freed);
+//! - **pages** shared by tensors of similar size ([`PoolPages`]), which are never handed
+//!   back: the activations, each layer's `9` `[tokens, d]` and `2` `[tokens, 4d]` tensors
+//!   (the `17·d` above) and its attention's (scores with Burn's, the log-sum-exp with
+//!   leanburn's), one layer's activation gradients in flight (`4` and `2` of those sizes),
+//!   and the loss: two `[chunk, vocab]` tensors and the hidden states' gradient with the
+//!   fused loss, or four `[tokens, vocab]` tensors with the full logits. A tensor of exactly
+//!   a weight's size goes to the persistent part instead (at 8 × 64 tokens of gpt2-mini,
+//!   `[tokens, d]` is the size of the MLP's weights).
+//!
+//! These counts were read from CubeCL's memory logger on llvmpipe (`docs/gpt2.md`, "The
+//! estimate against the measured reserve", which checks them against measured reserves).
+//! `examples/gpt2_small_hybrid.rs` prints both estimates before training and refuses to
+//! start when the device cannot hold the reserve (the tensors, where no pool is known).
+//!
+//! [`materialize_persistent`]: crate::init::materialize_persistent
 
+use std::collections::BTreeMap;
 use std::fmt;
 
 use super::gpt2::{Gpt2Attention, Gpt2Config};
@@ -105,6 +130,139 @@ impl Gpt2MemoryEstimate {
     }
 }
 
+/// The pages of a CubeCL device pool in CubeCL 0.10's default layout (`SubSlices`): pools
+/// of pages a quarter, a sixteenth, ... of the largest page, down to the first under 32 MiB,
+/// each taking slices up to a fraction of its page, and the largest pages taking the rest.
+/// With llvmpipe's largest page of 128 MiB: slices up to 2 MiB share 8 MiB pages, up to
+/// 16 MiB share 32 MiB pages, larger ones 128 MiB pages. CUDA's largest page is a quarter
+/// of the device's memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PoolPages {
+    largest: u64,
+}
+
+impl PoolPages {
+    /// The default layout of a pool whose largest page is `largest` bytes.
+    pub fn sub_slices(largest: u64) -> Self {
+        Self { largest }
+    }
+
+    /// `(page bytes, largest slice bytes)` of each pool, smallest pages first; a tensor
+    /// goes to the first pool whose slices it fits.
+    fn pools(&self) -> Vec<(u64, u64)> {
+        const MIB: u64 = 1 << 20;
+        let mut pools = Vec::new();
+        let (mut page, mut halvings) = (self.largest, 1);
+        while page >= 32 * MIB {
+            page /= 4;
+            pools.push((page, page >> halvings));
+            halvings += 1;
+        }
+        pools.reverse();
+        pools.push((self.largest, self.largest));
+        pools
+    }
+
+    /// Bytes of the whole pages that tensors of these sizes, alive together, occupy: each
+    /// pool's tensors packed largest first into the first page with room.
+    pub fn reserve_for(&self, tensors: &[u64]) -> u64 {
+        let pools = self.pools();
+        let mut pages: Vec<Vec<u64>> = vec![Vec::new(); pools.len()];
+        let mut sorted = tensors.to_vec();
+        sorted.sort_unstable_by(|a, b| b.cmp(a));
+        for size in sorted {
+            // Larger than the largest page: it gets a page of its own size (it would not
+            // be allocated at all; the estimate still counts it).
+            let Some(pool) = pools.iter().position(|&(_, slice)| size <= slice) else {
+                pages[pools.len() - 1].push(size);
+                continue;
+            };
+            let page = pools[pool].0;
+            match pages[pool].iter_mut().find(|used| **used + size <= page) {
+                Some(used) => *used += size,
+                None => pages[pool].push(size),
+            }
+        }
+        pools.iter().zip(&pages).map(|(&(page, _), used)| used.iter().map(|&u| u.max(page)).sum::<u64>()).sum()
+    }
+}
+
+/// What a CubeCL device pool reserves for GPT-2 training in f32; see the
+/// [module docs](self).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Gpt2PoolReserve {
+    /// Buffers of exactly a weight's size: weights, gradients, moments, the update's.
+    pub persistent: u64,
+    /// Whole pages for the activations, their gradients and the loss.
+    pub paged: u64,
+}
+
+impl Gpt2PoolReserve {
+    /// The estimate for `batch × seq` tokens, the loss chunk and the attention the model
+    /// runs, on a pool with these `pages`.
+    pub fn new(
+        config: &Gpt2Config,
+        batch: usize,
+        seq: usize,
+        loss_chunk: Option<usize>,
+        attention: Gpt2Attention,
+        pages: PoolPages,
+    ) -> Self {
+        const F32: u64 = 4;
+        let mut weights = BTreeMap::<u64, u64>::new();
+        for elements in config.parameter_tensors() {
+            *weights.entry(elements as u64 * F32).or_default() += 1;
+        }
+        let persistent: u64 = weights.iter().map(|(&size, &n)| size * (4 * n + 3)).sum();
+
+        let (tokens, d, heads, vocab) =
+            ((batch * seq) as u64, config.d_model as u64, config.heads as u64, config.padded_vocab() as u64);
+        let (narrow, wide) = (tokens * d * F32, tokens * 4 * d * F32);
+        let mut tensors = Vec::new();
+        for _ in 0..config.layers {
+            tensors.extend([narrow; 9]);
+            tensors.extend([wide; 2]);
+            match attention {
+                Gpt2Attention::Lean => tensors.push(tokens * heads * F32),
+                Gpt2Attention::Burn => {
+                    // 2.5 score tensors (scores, softmax, half a dropout mask).
+                    let scores = batch as u64 * heads * (seq * seq) as u64 * F32;
+                    tensors.extend([scores, scores, scores / 2]);
+                }
+            }
+        }
+        tensors.extend([narrow; 4]);
+        tensors.extend([wide; 2]);
+        match loss_chunk {
+            Some(chunk) if chunk > 0 => {
+                let chunk_logits = (chunk as u64).min(tokens) * vocab * F32;
+                tensors.extend([chunk_logits, chunk_logits, narrow]);
+            }
+            _ => tensors.extend([tokens * vocab * F32; 4]),
+        }
+        // A tensor of exactly a weight's size goes to the persistent part as well.
+        let (same_size, paged): (Vec<u64>, Vec<u64>) = tensors.into_iter().partition(|size| weights.contains_key(size));
+        Self { persistent: persistent + same_size.iter().sum::<u64>(), paged: pages.reserve_for(&paged) }
+    }
+
+    /// Both parts together.
+    pub fn total(&self) -> u64 {
+        self.persistent + self.paged
+    }
+}
+
+impl fmt::Display for Gpt2PoolReserve {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "persistent {}, pages {}: total {}",
+            format_bytes(self.persistent as f64),
+            format_bytes(self.paged as f64),
+            format_bytes(self.total() as f64)
+        )
+    }
+}
+
 impl fmt::Display for Gpt2MemoryEstimate {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let bytes = |b: u64| format_bytes(b as f64);
@@ -153,6 +311,43 @@ mod tests {
         let mini = Gpt2Config::preset("gpt2-mini").unwrap();
         assert_eq!(Gpt2MemoryEstimate::loss_chunk_that_saves(&mini, 8, 64, 4, 128), Some(128));
         assert_eq!(Gpt2MemoryEstimate::loss_chunk_that_saves(&mini, 8, 64, 4, 0), None);
+    }
+
+    const MIB: u64 = 1 << 20;
+
+    #[test]
+    fn pools_follow_cubecls_default_layout() {
+        // llvmpipe: 128 MiB buffers at most.
+        let llvmpipe = PoolPages::sub_slices(128 * MIB);
+        assert_eq!(llvmpipe.pools(), vec![(8 * MIB, 2 * MIB), (32 * MIB, 16 * MIB), (128 * MIB, 128 * MIB)]);
+        // Seven 12 MiB tensors: two to a 32 MiB page; one 3 MiB tensor in its own pool's
+        // page; a 100 MiB tensor alone in a 128 MiB page.
+        assert_eq!(llvmpipe.reserve_for(&[12 * MIB; 7]), 4 * 32 * MIB);
+        assert_eq!(llvmpipe.reserve_for(&[3 * MIB]), 32 * MIB);
+        assert_eq!(llvmpipe.reserve_for(&[100 * MIB, MIB, MIB]), 128 * MIB + 8 * MIB);
+        assert_eq!(llvmpipe.reserve_for(&[]), 0);
+        // Larger than any page: counted at its size.
+        assert_eq!(llvmpipe.reserve_for(&[200 * MIB]), 200 * MIB);
+    }
+
+    #[test]
+    fn the_persistent_part_counts_four_buffers_per_weight_and_three_per_size() {
+        let config = Gpt2Config::preset("gpt2-mini").unwrap();
+        let pages = PoolPages::sub_slices(128 * MIB);
+        let reserve = Gpt2PoolReserve::new(&config, 8, 64, Some(256), Gpt2Attention::Lean, pages);
+        let sizes: std::collections::BTreeSet<usize> = config.parameter_tensors().into_iter().collect();
+        let extra: u64 = sizes.iter().map(|&elements| 3 * 4 * elements as u64).sum();
+        let weights = 4 * 4 * config.parameter_count() as u64 + extra;
+        // At 4 × 64 tokens no activation has a weight's size.
+        let apart = Gpt2PoolReserve::new(&config, 4, 64, Some(256), Gpt2Attention::Lean, pages);
+        assert_eq!(apart.persistent, weights);
+        // At 8 × 64, [tokens, d] is [d, 4d]'s size: the layers' 9 and the 4 in flight
+        // and the hidden states' gradient join the persistent part.
+        assert_eq!(reserve.persistent, weights + (4 * 9 + 4 + 1) * 512 * 128 * 4);
+        // The full logits change only the pages (no tensor of theirs has a weight's size).
+        let full = Gpt2PoolReserve::new(&config, 4, 64, None, Gpt2Attention::Lean, pages);
+        assert_eq!(full.persistent, apart.persistent);
+        assert!(full.paged > apart.paged);
     }
 
     #[test]

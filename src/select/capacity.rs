@@ -4,7 +4,10 @@
 //! - CPU, and wgpu on a software adapter (llvmpipe): the host's `MemTotal`.
 //! - wgpu on a hardware adapter: unknown (wgpu reports buffer limits, not memory).
 
-use super::{Chosen, Selection};
+use burn::backend::wgpu::WgpuRuntime;
+use cubecl::Runtime;
+
+use super::{Chosen, PoolLayout, Selection};
 
 /// Bytes of memory the device has, or `None` where it cannot be known.
 pub fn device_memory(selection: &Selection) -> Option<u64> {
@@ -13,6 +16,23 @@ pub fn device_memory(selection: &Selection) -> Option<u64> {
         Chosen::Cuda { ordinal } => cuda_total_memory(*ordinal),
         Chosen::Wgpu { adapter, .. } if adapter.kind.is_hardware() => None,
         Chosen::Wgpu { .. } | Chosen::Cpu => host_memory(),
+    }
+}
+
+/// The largest page of the chosen device's pool where its pages follow CubeCL's default
+/// layout (sub-slices): CUDA's runtime makes it a quarter of the device's memory, wgpu's
+/// reports it (llvmpipe: 128 MiB). `None` on the CPU, which has no pool, and with
+/// exclusive pages, which are sized to their tensors. Reading it on wgpu starts the
+/// device's runtime, so call it after [`select`](super::select) has laid out the pool.
+pub fn largest_pool_page(selection: &Selection) -> Option<u64> {
+    if selection.pool == Some(PoolLayout::ExclusivePages) {
+        return None;
+    }
+    match &selection.chosen {
+        #[cfg(feature = "cuda")]
+        Chosen::Cuda { ordinal } => cuda_total_memory(*ordinal).map(|bytes| bytes / 4),
+        Chosen::Wgpu { device, .. } => Some(WgpuRuntime::client(device).properties().memory.max_page_size),
+        Chosen::Cpu => None,
     }
 }
 
@@ -61,6 +81,30 @@ mod tests {
         let info = "MemFree:  10 kB\nMemTotal:       24576000 kB\nSwapTotal: 0 kB\n";
         assert_eq!(parse_mem_total(info), Some(24_576_000 * 1024));
         assert_eq!(parse_mem_total("MemFree: 1 kB\n"), None);
+    }
+
+    #[test]
+    fn pages_are_known_for_paged_pools_only() {
+        use crate::select::BackendKind;
+        let cpu = Selection { requested: BackendKind::Cpu, chosen: Chosen::Cpu, reason: String::new(), pool: None };
+        assert_eq!(largest_pool_page(&cpu), None);
+        // Exclusive pages are sized to their tensors: no page layout to round to. (The
+        // control, sub-slices on wgpu, is read by the GPT-2 example's test.)
+        let device = burn::backend::wgpu::WgpuDevice::DefaultDevice;
+        let adapter = crate::select::AdapterSummary {
+            name: "llvmpipe".into(),
+            kind: crate::select::AdapterKind::Software,
+            index_in_kind: 0,
+            api: "Vulkan".into(),
+            driver: String::new(),
+        };
+        let exclusive = Selection {
+            requested: BackendKind::Wgpu,
+            chosen: Chosen::Wgpu { device, adapter },
+            reason: String::new(),
+            pool: Some(PoolLayout::ExclusivePages),
+        };
+        assert_eq!(largest_pool_page(&exclusive), None);
     }
 
     #[test]
