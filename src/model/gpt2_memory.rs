@@ -29,8 +29,8 @@
 //!   tensors it reaches `4n + 3` buffers: weights, gradients and the two moments, plus the
 //!   optimizer's update of one tensor (its new weight and moments before the old are
 //!   freed);
-//! - **pages** shared by tensors of similar size ([`PoolPages`]), which are never handed
-//!   back: the activations, each layer's `9` `[tokens, d]` and `2` `[tokens, 4d]` tensors
+//! - **pages** shared by tensors of similar size ([`PoolPages`]), kept until an explicit
+//!   cleanup: the activations, each layer's `9` `[tokens, d]` and `2` `[tokens, 4d]` tensors
 //!   (the `17·d` above) and its attention's (scores with Burn's, the log-sum-exp with
 //!   leanburn's), one layer's activation gradients in flight (`4` and `2` of those sizes),
 //!   and the loss: two `[chunk, vocab]` tensors and the hidden states' gradient with the
@@ -39,7 +39,7 @@
 //!   `[tokens, d]` is the size of the MLP's weights).
 //!
 //! These counts were read from CubeCL's memory logger on llvmpipe (`docs/gpt2.md`, "The
-//! estimate against the measured reserve", which checks them against measured reserves).
+//! estimates against the measured reserve", which checks them against measured reserves).
 //! `examples/gpt2_small_hybrid.rs` prints both estimates before training and refuses to
 //! start when the device cannot hold the reserve (the tensors, where no pool is known).
 //!
