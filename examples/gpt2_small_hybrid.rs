@@ -306,11 +306,22 @@ fn check_memory(
         "{preset}: {} parameters; batch {batch} × {seq} tokens; estimated peak {estimate}",
         config.parameter_count()
     );
-    let reserve = largest_pool_page(selection).map(|largest| {
+    let largest_page = largest_pool_page(selection);
+    let reserve = largest_page.map(|largest| {
         Gpt2PoolReserve::new(config, batch, seq, loss_chunk, args.attention, PoolPages::sub_slices(largest))
     });
-    if let Some(reserve) = reserve {
+    if let (Some(reserve), Some(largest_page)) = (reserve, largest_page) {
         eprintln!("  estimated pool reserve: {reserve}");
+        // Not an estimate: CubeCL cannot allocate a buffer larger than its largest page.
+        if reserve.largest_tensor > largest_page {
+            return Err(bad_input(format!(
+                "one tensor of this run, {}, is larger than the largest buffer this device allocates, {}: \
+                 use a smaller --preset{}",
+                format_bytes(reserve.largest_tensor as f64),
+                format_bytes(largest_page as f64),
+                if loss_chunk.is_none() { format!(", or pass --loss-chunk {}", seq.min(256)) } else { String::new() },
+            )));
+        }
     }
     if loss_chunk.is_none() {
         let chunked = Gpt2MemoryEstimate::new(config, batch, seq, 4, Some(seq), args.attention);

@@ -310,6 +310,22 @@ fn a_precision_the_backend_lacks_is_refused_by_name() {
 }
 
 #[test]
+fn a_tensor_larger_than_the_devices_largest_buffer_is_refused_before_training() {
+    let out = scratch("largest-buffer");
+    // gpt2-small's full logits at 8 × 1024 tokens are 1.6 GB in one tensor: more than
+    // llvmpipe's 128 MiB buffers (and most GPUs' wgpu limits), which CubeCL could only
+    // fail on in the middle of the first step.
+    let refused = example()
+        .args(["--backend", "wgpu", "--allow-software", "--preset", "gpt2-small", "--batch", "8", "--seq", "1024"])
+        .args(["--loss-chunk", "0", "--steps", "1", "--out"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert_fails(&refused, 2, "is larger than the largest buffer this device allocates");
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("or pass --loss-chunk 256"), "{}", text(&refused));
+}
+
+#[test]
 fn f16_runs_end_to_end_with_loss_scaling() {
     let out = scratch("f16");
     let run = tiny_run(&out, &["--mode", "full", "--steps", "3", "--precision", "f16"]);

@@ -195,6 +195,9 @@ pub struct Gpt2PoolReserve {
     pub persistent: u64,
     /// Whole pages for the activations, their gradients and the loss.
     pub paged: u64,
+    /// The largest single tensor counted: CubeCL allocates nothing larger than the
+    /// largest page.
+    pub largest_tensor: u64,
 }
 
 impl Gpt2PoolReserve {
@@ -240,9 +243,14 @@ impl Gpt2PoolReserve {
             }
             _ => tensors.extend([tokens * vocab * F32; 4]),
         }
+        let largest_tensor = tensors.iter().chain(weights.keys()).copied().max().unwrap_or(0);
         // A tensor of exactly a weight's size goes to the persistent part as well.
         let (same_size, paged): (Vec<u64>, Vec<u64>) = tensors.into_iter().partition(|size| weights.contains_key(size));
-        Self { persistent: persistent + same_size.iter().sum::<u64>(), paged: pages.reserve_for(&paged) }
+        Self {
+            persistent: persistent + same_size.iter().sum::<u64>(),
+            paged: pages.reserve_for(&paged),
+            largest_tensor,
+        }
     }
 
     /// Both parts together.
@@ -344,6 +352,10 @@ mod tests {
         // At 8 × 64, [tokens, d] is [d, 4d]'s size: the layers' 9 and the 4 in flight
         // and the hidden states' gradient join the persistent part.
         assert_eq!(reserve.persistent, weights + (4 * 9 + 4 + 1) * 512 * 128 * 4);
+        // The largest tensor: a chunk's logits with the fused loss, all the logits without.
+        assert_eq!(reserve.largest_tensor, 256 * config.padded_vocab() as u64 * 4);
+        let full_logits = Gpt2PoolReserve::new(&config, 8, 128, None, Gpt2Attention::Lean, pages);
+        assert_eq!(full_logits.largest_tensor, 8 * 128 * config.padded_vocab() as u64 * 4);
         // The full logits change only the pages (no tensor of theirs has a weight's size).
         let full = Gpt2PoolReserve::new(&config, 4, 64, None, Gpt2Attention::Lean, pages);
         assert_eq!(full.persistent, apart.persistent);
