@@ -316,7 +316,7 @@ fn check_memory(
         if reserve.largest_tensor > largest_page {
             return Err(bad_input(format!(
                 "one tensor of this run, {}, is larger than the largest buffer this device allocates, {}: \
-                 use a smaller --preset{}",
+                 lower --batch or --seq, use a smaller --preset{}",
                 format_bytes(reserve.largest_tensor as f64),
                 format_bytes(largest_page as f64),
                 if loss_chunk.is_none() { format!(", or pass --loss-chunk {}", seq.min(256)) } else { String::new() },
