@@ -35,7 +35,7 @@ impl<B: Backend> ModuleMapper<B> for Materializer {}
 /// moments, the update's temporaries), and the rest to pages shared by size. Which
 /// parameters landed where therefore depended on when Fusion flushed (measured in
 /// `docs/memory.md`, "The pool layout"); after this call it is all of them, which is what
-/// [`Gpt2MemoryEstimate`](crate::model::Gpt2MemoryEstimate) assumes. Each parameter is read
+/// [`Gpt2PoolReserve`](crate::model::Gpt2PoolReserve) assumes. Each parameter is read
 /// to the host once. Backends without a persistent pool (the CPU) only copy the values.
 pub fn materialize_persistent<B: Backend, M: Module<B>>(module: M) -> M {
     module.map(&mut PersistentMaterializer)
