@@ -120,6 +120,12 @@ struct Args {
     /// pass; `burn`: Burn's `attention` op, which keeps them in every layer.
     #[arg(long, value_enum, default_value_t = Gpt2Attention::Lean)]
     attention: Gpt2Attention,
+    /// MiB of transient score buffers one block of leanburn's attention may hold (about
+    /// four `[batch, heads, rows, seq]` tensors): larger blocks are fewer, larger kernels.
+    /// Not counted by the memory estimate.
+    #[arg(long, default_value_t = (leanburn::backend::attention::DEFAULT_ATTENTION_WORKSPACE_BYTES >> 20) as u64,
+        value_parser = clap::value_parser!(u64).range(1..))]
+    attention_workspace: u64,
     /// Round the vocabulary up to a multiple of this: default 64 on GPUs (50,304 rows,
     /// which their matmuls prefer), 1 on the CPU backend and software adapters.
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
@@ -213,6 +219,7 @@ fn run(args: Args, matches: &ArgMatches) -> Result<(), Failure> {
         },
     };
 
+    leanburn::backend::attention::set_attention_workspace((args.attention_workspace as usize) << 20);
     check_memory(&args, &selection, &config, &preset, batch, seq, loss_chunk)?;
     if args.warm_cache {
         // Every precision the backend computes in, or the one asked for.

@@ -8,13 +8,14 @@ use crate::geometry::{ConvGeometry, ConvGeometryArgs};
 
 /// One unit per column-matrix element: `columns[(c, ky, kx), (n, oy, ox)]` is the image
 /// pixel under kernel tap `(ky, kx)` of output `(oy, ox)` of image `batch_offset + n`, or
-/// zero in the padding. Reads any image strides; writes `columns` contiguously.
+/// zero in the padding. Reads any image strides and writes `columns` by its strides (CUDA
+/// pads the rows of a fresh allocation to 512 bytes; the padding is left alone).
 #[cube(launch)]
 pub fn im2col_kernel<F: Float>(image: &Tensor<F>, columns: &mut Tensor<F>, geo: &ConvGeometryArgs) {
-    if ABSOLUTE_POS >= columns.len() {
+    let cols = columns.shape(1);
+    if ABSOLUTE_POS >= columns.shape(0) * cols {
         terminate!();
     }
-    let cols = columns.shape(1);
     let row = ABSOLUTE_POS / cols;
     let col = ABSOLUTE_POS % cols;
 
@@ -41,16 +42,16 @@ pub fn im2col_kernel<F: Float>(image: &Tensor<F>, columns: &mut Tensor<F>, geo: 
                 image[n * image.stride(0) + channel * image.stride(1) + iy * image.stride(2) + ix * image.stride(3)];
         }
     }
-    columns[ABSOLUTE_POS] = value;
+    columns[row * columns.stride(0) + col * columns.stride(1)] = value;
 }
 
-/// Fills `columns` (`[geometry.col_rows(), chunk · out_h · out_w]`, contiguous) from the
+/// Fills `columns` (`[geometry.col_rows(), chunk · out_h · out_w]`, any strides) from the
 /// images `batch_offset .. batch_offset + chunk` of `image`.
 ///
 /// # Safety
 /// `image` must be `[batch, geometry.channels, in_h, in_w]` with `batch_offset + chunk ≤
-/// batch`, and `columns` must hold `columns_len` elements laid out as above; the kernel
-/// indexes them unchecked on some runtimes.
+/// batch`, `columns` must have the shape above (`columns_len` elements) and strides that
+/// stay inside its buffer; the kernel indexes them unchecked on some runtimes.
 pub unsafe fn launch_im2col<R: Runtime, F: Float + CubeElement>(
     client: &ComputeClient<R>,
     image: TensorArg<R>,

@@ -5,8 +5,10 @@
 //! covers a whole batch chunk):
 //!
 //! - image: `[batch, channels, height, width]`, any strides;
-//! - columns: `[channels · kernel_h · kernel_w, chunk · out_h · out_w]`, contiguous, row
-//!   index `(c, ky, kx)`, column index `(n, oy, ox)`.
+//! - columns: `[channels · kernel_h · kernel_w, chunk · out_h · out_w]`, row index
+//!   `(c, ky, kx)`, column index `(n, oy, ox)`, any strides: CUDA's allocator pads each row
+//!   of a fresh 2-D buffer to 512 bytes (its pitched layout), so both kernels index the
+//!   columns by their strides, never by position in the buffer.
 //!
 //! Rows are ordered like the weight `[out_channels, in_channels/groups, kh, kw]`, so for
 //! grouped convolution group `g` owns the contiguous rows of its channels.

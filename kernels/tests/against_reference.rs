@@ -1,6 +1,7 @@
 //! The kernels against their CPU references on a real runtime (wgpu; llvmpipe in CI), over
 //! randomized shapes with a fixed seed. im2col only moves values, so it must match exactly;
-//! col2im sums up to kh·kw values per pixel, so it gets a small relative tolerance.
+//! col2im sums up to kh·kw values per pixel, so it gets a small relative tolerance. Both
+//! take column matrices with padded rows (CUDA's pitched layout) as well as contiguous ones.
 
 use cubecl::prelude::*;
 use cubecl::wgpu::{WgpuDevice, WgpuRuntime};
@@ -93,23 +94,34 @@ fn im2col_matches_the_reference_exactly_including_strided_images() {
         let image_handle = client.create_from_slice(f32::as_bytes(&data));
         let col_shape = [g.col_rows(), chunk * g.col_cols_per_image()];
         let len = col_shape[0] * col_shape[1];
-        let col_handle = client.empty(len * 4);
+        // Every third case pads each column row, as CUDA's pitched allocations do (rows
+        // aligned to 512 bytes): the padding must keep its sentinel.
+        let row_stride = col_shape[1] + if case_index % 3 == 0 { 1 + case_index % 13 } else { 0 };
+        const SENTINEL: f32 = 12345.0;
+        let col_handle = client.create_from_slice(f32::as_bytes(&vec![SENTINEL; col_shape[0] * row_stride]));
         unsafe {
             launch_im2col::<WgpuRuntime, f32>(
                 &client,
                 TensorArg::from_raw_parts(image_handle, strides.into(), shape.to_vec().into()),
-                TensorArg::from_raw_parts(
-                    col_handle.clone(),
-                    contiguous_strides(&col_shape).into(),
-                    col_shape.to_vec().into(),
-                ),
+                TensorArg::from_raw_parts(col_handle.clone(), vec![row_stride, 1].into(), col_shape.to_vec().into()),
                 len,
                 &g,
                 batch_offset,
             );
         }
         let got = read(&client, col_handle);
-        assert_eq!(got, want, "case {case_index}: {g:?}, batch {batch}, offset {batch_offset}, chunk {chunk}");
+        let context = format!(
+            "case {case_index}: {g:?}, batch {batch}, offset {batch_offset}, chunk {chunk}, row stride {row_stride}"
+        );
+        for row in 0..col_shape[0] {
+            let line = &got[row * row_stride..(row + 1) * row_stride];
+            assert_eq!(
+                &line[..col_shape[1]],
+                &want[row * col_shape[1]..(row + 1) * col_shape[1]],
+                "{context}, row {row}"
+            );
+            assert!(line[col_shape[1]..].iter().all(|&v| v == SENTINEL), "{context}: row {row}'s padding was written");
+        }
     }
 }
 
@@ -128,11 +140,18 @@ fn col2im_matches_the_reference_and_writes_only_its_chunk() {
         let shape = [batch, g.channels, g.in_h, g.in_w];
         let total: usize = shape.iter().product();
         let image_handle = client.create_from_slice(f32::as_bytes(&vec![SENTINEL; total]));
-        let col_handle = client.create_from_slice(f32::as_bytes(&columns));
+        // Every third case reads the columns from padded rows (CUDA's pitched layout).
+        let row_stride = col_shape[1] + if case_index % 3 == 0 { 1 + case_index % 13 } else { 0 };
+        let mut padded = vec![f32::NAN; col_shape[0] * row_stride];
+        for row in 0..col_shape[0] {
+            padded[row * row_stride..row * row_stride + col_shape[1]]
+                .copy_from_slice(&columns[row * col_shape[1]..(row + 1) * col_shape[1]]);
+        }
+        let col_handle = client.create_from_slice(f32::as_bytes(&padded));
         unsafe {
             launch_col2im::<WgpuRuntime, f32>(
                 &client,
-                TensorArg::from_raw_parts(col_handle, contiguous_strides(&col_shape).into(), col_shape.to_vec().into()),
+                TensorArg::from_raw_parts(col_handle, vec![row_stride, 1].into(), col_shape.to_vec().into()),
                 TensorArg::from_raw_parts(
                     image_handle.clone(),
                     contiguous_strides(&shape).into(),

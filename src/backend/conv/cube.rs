@@ -1,8 +1,8 @@
 //! [`ChunkedConv`] on CubeCL backends: leanburn's own im2col / col2im kernels.
 
-use burn_backend::ops::FloatTensorOps;
 use burn_backend::tensor::FloatTensor;
 use burn_backend::{DType, Shape};
+use burn_cubecl::ops::numeric::empty_device_contiguous_dtype;
 use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElement};
 use leanburn_kernels::{launch_col2im, launch_im2col, ConvGeometry};
 
@@ -55,7 +55,16 @@ where
         }
         let rows = geometry.col_rows();
         let cols = chunk * geometry.col_cols_per_image();
-        let columns = Self::float_empty(Shape::new([rows, cols]), &image.device, image.dtype.into());
+        // Contiguous, not the runtime's preferred layout: CUDA pads the rows of a fresh
+        // buffer (its pitched layout), and the GEMM and reshapes after this would then copy
+        // the column matrix, beyond the workspace budget. (The kernel follows the strides
+        // either way.)
+        let columns = empty_device_contiguous_dtype(
+            image.client.clone(),
+            image.device.clone(),
+            Shape::new([rows, cols]),
+            image.dtype,
+        );
         let client = image.client.clone();
         let dtype = image.dtype;
         // SAFETY: `image` is `[batch, channels, h, w]` (validated by the caller's geometry)
