@@ -22,8 +22,9 @@
 //! `max(|stock|, rms(stock))` (the measure of `tests/conv_correctness.rs`). A shape whose
 //! error exceeds `--tolerance` (default 1e-4 for f32, 1e-2 for f16, 4e-2 for bf16, the
 //! tests' tolerances; 1e-2 for f32 on a device whose matmuls take TF32, as CubeCL's do on
-//! CUDA: both sides then multiply with 10-bit mantissas, in different orders) is marked with the error of each result (forward, input gradient,
-//! weight gradient), every stack still runs, and the bench then exits with status 1.
+//! CUDA: both sides then multiply with 10-bit mantissas, in different orders) is marked
+//! with the error of each result (forward, input gradient, weight gradient), every stack
+//! still runs, and the bench then exits with status 1.
 
 use std::time::{Duration, Instant};
 

@@ -55,17 +55,13 @@ where
         }
         let rows = geometry.col_rows();
         let cols = chunk * geometry.col_cols_per_image();
-        // Contiguous, not the runtime's preferred layout: CUDA pads the rows of a fresh
-        // buffer (its pitched layout), and the GEMM and reshapes after this would then copy
-        // the column matrix, beyond the workspace budget. (The kernel follows the strides
-        // either way.)
-        let columns = empty_device_contiguous_dtype(
-            image.client.clone(),
-            image.device.clone(),
-            Shape::new([rows, cols]),
-            image.dtype,
-        );
+        // Contiguous, not the runtime's preferred layout (CUDA pads each row of a fresh
+        // buffer to 512 bytes): the layout the GEMM and reshapes after this expect, so none
+        // of them has a reason to copy the column matrix. The kernel follows the strides
+        // either way.
         let client = image.client.clone();
+        let columns =
+            empty_device_contiguous_dtype(client.clone(), image.device.clone(), Shape::new([rows, cols]), image.dtype);
         let dtype = image.dtype;
         // SAFETY: `image` is `[batch, channels, h, w]` (validated by the caller's geometry)
         // and `columns` was just allocated with the shape the kernel writes.
