@@ -12,7 +12,8 @@
 //! over the fused stack beside `Lean` over the unfused one.
 //!
 //! Per shape and per backend: the median wall time of `--reps` timed runs (after
-//! `--warmup` untimed ones, which also absorb CubeCL's autotuning), and how far the device
+//! `--warmup` untimed ones, which also absorb CubeCL's autotuning), of the whole pass and of
+//! each of its three parts (each part is synced before the next starts), and how far the device
 //! pool's reserve rose during one run after a trim (the pool's high-water mark, rounded up
 //! to its pages). `Lean`'s planned workspace per chunk is printed with its budget. The table
 //! is Markdown, ready for `docs/benchmarks.md`.
@@ -182,23 +183,45 @@ fn shapes(args: &Args) -> Vec<Shape> {
 }
 
 struct Measured {
+    /// Of the whole pass.
     median: Duration,
+    /// Of the forward, the input gradient and the weight gradient, each on its own.
+    parts: [Duration; 3],
     reserve_rise: Option<u64>,
+}
+
+/// `a / b / c` milliseconds.
+fn parts_ms(parts: &[Duration; 3]) -> String {
+    parts.map(|part| format!("{:.1}", part.as_secs_f64() * 1e3)).join(" / ")
 }
 
 fn float<B: Backend>(tensor: Tensor<B, 4>) -> FloatTensor<B> {
     tensor.into_primitive().tensor()
 }
 
-/// One forward + input-gradient + weight-gradient pass, synced.
-fn pass<B: Backend>(x: &Tensor<B, 4>, weight: &Tensor<B, 4>, grad: &Tensor<B, 4>, options: &ConvOptions<2>) {
+/// One forward + input-gradient + weight-gradient pass, each part synced and timed.
+fn pass<B: Backend>(
+    x: &Tensor<B, 4>,
+    weight: &Tensor<B, 4>,
+    grad: &Tensor<B, 4>,
+    options: &ConvOptions<2>,
+) -> [Duration; 3] {
     let device = x.device();
-    let out = B::conv2d(float(x.clone()), float(weight.clone()), None, options.clone());
-    let x_grad = B::conv2d_x_backward(float(x.clone()), float(weight.clone()), float(grad.clone()), options.clone());
-    let weight_grad =
-        B::conv2d_weight_backward(float(x.clone()), float(weight.clone()), float(grad.clone()), options.clone());
-    B::sync(&device).expect("device sync");
-    drop((out, x_grad, weight_grad));
+    let timed = |part: &dyn Fn() -> FloatTensor<B>| {
+        let start = Instant::now();
+        let result = part();
+        B::sync(&device).expect("device sync");
+        let elapsed = start.elapsed();
+        drop(result);
+        elapsed
+    };
+    [
+        timed(&|| B::conv2d(float(x.clone()), float(weight.clone()), None, options.clone())),
+        timed(&|| B::conv2d_x_backward(float(x.clone()), float(weight.clone()), float(grad.clone()), options.clone())),
+        timed(&|| {
+            B::conv2d_weight_backward(float(x.clone()), float(weight.clone()), float(grad.clone()), options.clone())
+        }),
+    ]
 }
 
 /// The shape's convolution options and random input, weight and output gradient.
@@ -238,15 +261,17 @@ fn measure<B: Backend + MemoryProbe>(shape: &Shape, args: &Args, device: &B::Dev
     let after = B::memory_sample(device);
     let reserve_rise = before.zip(after).map(|(b, a)| a.bytes_reserved.saturating_sub(b.bytes_reserved));
 
-    let mut times: Vec<Duration> = (0..args.reps.max(1))
-        .map(|_| {
-            let start = Instant::now();
-            pass(&x, &weight, &grad, &options);
-            start.elapsed()
-        })
-        .collect();
-    times.sort();
-    Measured { median: times[times.len() / 2], reserve_rise }
+    let times: Vec<[Duration; 3]> = (0..args.reps.max(1)).map(|_| pass(&x, &weight, &grad, &options)).collect();
+    let median = |part: &dyn Fn(&[Duration; 3]) -> Duration| {
+        let mut sorted: Vec<Duration> = times.iter().map(part).collect();
+        sorted.sort();
+        sorted[sorted.len() / 2]
+    };
+    Measured {
+        median: median(&|t| t.iter().sum()),
+        parts: [median(&|t| t[0]), median(&|t| t[1]), median(&|t| t[2])],
+        reserve_rise,
+    }
 }
 
 fn host<B: Backend>(tensor: FloatTensor<B>) -> Vec<f32> {
@@ -320,9 +345,9 @@ fn run<B: ChunkedConv + MemoryProbe>(
         args.warmup
     );
     println!(
-        "| shape | batch | stock ms | lean ms | lean/stock time | stock reserve rise | lean reserve rise | lean workspace (chunks) | max rel. error |"
+        "| shape | batch | stock ms | lean ms | lean/stock time | stock fwd / dx / dw ms | lean fwd / dx / dw ms | stock reserve rise | lean reserve rise | lean workspace (chunks) | max rel. error |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|");
     let mut over_budget = 0;
     let mut wrong = 0;
     let mut lean_times = Vec::with_capacity(list.len());
@@ -347,12 +372,14 @@ fn run<B: ChunkedConv + MemoryProbe>(
             wrong += 1;
         }
         println!(
-            "| {} | {} | {:.1} | {:.1} | {:.2} | {} | {} | {} ({}{}){} | {:.1e}{} |",
+            "| {} | {} | {:.1} | {:.1} | {:.2} | {} | {} | {} | {} | {} ({}{}){} | {:.1e}{} |",
             shape.name,
             shape.batch,
             stock.median.as_secs_f64() * 1e3,
             lean.median.as_secs_f64() * 1e3,
             lean.median.as_secs_f64() / stock.median.as_secs_f64(),
+            parts_ms(&stock.parts),
+            parts_ms(&lean.parts),
             memory(stock.reserve_rise),
             memory(lean.reserve_rise),
             format_bytes(plan.workspace_bytes as f64),

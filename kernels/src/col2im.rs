@@ -11,7 +11,7 @@ use crate::geometry::{ConvGeometry, ConvGeometryArgs};
 /// `columns[(c, ky, kx), (n, oy, ox)]` over the taps `(ky, kx)` and outputs `(oy, ox)` whose
 /// receptive field covers the pixel, and writes the sum (overwriting) into image
 /// `batch_offset + n`.
-#[cube(launch)]
+#[cube(launch_unchecked)]
 pub fn col2im_kernel<F: Float>(columns: &Tensor<F>, image: &mut Tensor<F>, geo: &ConvGeometryArgs) {
     let channels = image.shape(1);
     let chunk = columns.shape(1) / (geo.out_h * geo.out_w);
@@ -73,5 +73,5 @@ pub unsafe fn launch_col2im<R: Runtime, F: Float + CubeElement>(
     let elements = chunk * geometry.channels * geometry.in_h * geometry.in_w;
     let cube_dim = CubeDim::new(client, elements);
     let cube_count = calculate_cube_count_elemwise(client, elements, cube_dim);
-    col2im_kernel::launch::<F, R>(client, cube_count, cube_dim, columns, image, geometry.args(batch_offset));
+    col2im_kernel::launch_unchecked::<F, R>(client, cube_count, cube_dim, columns, image, geometry.args(batch_offset));
 }

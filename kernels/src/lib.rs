@@ -22,4 +22,4 @@ pub mod reference;
 
 pub use col2im::{col2im_kernel, launch_col2im};
 pub use geometry::{ConvGeometry, ConvGeometryArgs, ConvGeometryArgsLaunch};
-pub use im2col::{im2col_kernel, launch_im2col};
+pub use im2col::{im2col_kernel, im2col_vector_size, launch_im2col};

@@ -5,7 +5,9 @@
 
 use cubecl::prelude::*;
 use cubecl::wgpu::{WgpuDevice, WgpuRuntime};
-use leanburn_kernels::{launch_col2im, launch_im2col, reference, ConvGeometry};
+use std::collections::BTreeSet;
+
+use leanburn_kernels::{im2col_vector_size, launch_col2im, launch_im2col, reference, ConvGeometry};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
@@ -64,6 +66,8 @@ fn read(client: &ComputeClient<WgpuRuntime>, handle: cubecl::server::Handle) -> 
 fn im2col_matches_the_reference_exactly_including_strided_images() {
     let client = WgpuRuntime::client(&WgpuDevice::default());
     let mut rng = SmallRng::seed_from_u64(0x12c01);
+    // Vector widths the cases were written with: the scalar kernel and the vector ones.
+    let mut widths = BTreeSet::new();
     for case_index in 0..CASES {
         let Case { geometry: g, batch, batch_offset, chunk } = random_case(&mut rng);
         let shape = [batch, g.channels, g.in_h, g.in_w];
@@ -105,10 +109,12 @@ fn im2col_matches_the_reference_exactly_including_strided_images() {
                 TensorArg::from_raw_parts(image_handle, strides.into(), shape.to_vec().into()),
                 TensorArg::from_raw_parts(col_handle.clone(), vec![row_stride, 1].into(), col_shape.to_vec().into()),
                 len,
+                [row_stride, 1],
                 &g,
                 batch_offset,
             );
         }
+        widths.insert(im2col_vector_size(&client, 4, &g, [row_stride, 1]));
         let got = read(&client, col_handle);
         let context = format!(
             "case {case_index}: {g:?}, batch {batch}, offset {batch_offset}, chunk {chunk}, row stride {row_stride}"
@@ -123,6 +129,7 @@ fn im2col_matches_the_reference_exactly_including_strided_images() {
             assert!(line[col_shape[1]..].iter().all(|&v| v == SENTINEL), "{context}: row {row}'s padding was written");
         }
     }
+    assert!(widths.len() > 1 && widths.contains(&1), "the cases wrote with vector widths {widths:?} only");
 }
 
 #[test]

@@ -71,6 +71,7 @@ where
                 image.into_tensor_arg(),
                 columns.clone().into_tensor_arg(),
                 rows * cols,
+                [cols, 1],
                 geometry,
                 batch_offset,
             ));
