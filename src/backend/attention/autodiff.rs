@@ -22,6 +22,11 @@ fn primitive<B: Backend>(tensor: Tensor<B, 4>) -> FloatTensor<B> {
 /// What the backward pass needs: q, k, v, the output, each row's log-sum-exp, causality.
 type State<B> = (FloatTensor<B>, FloatTensor<B>, FloatTensor<B>, FloatTensor<B>, FloatTensor<B>, bool);
 
+/// The query blocks of an attention over `dims` query and `keys` keys in the workspace.
+fn blocks(dims: [usize; 4], keys: usize, causal: bool, elem_bytes: usize) -> Vec<blocked::Block> {
+    blocked::blocks(dims[2], keys, causal, blocked::block_scores(dims, elem_bytes), blocked::KEY_GRANULE)
+}
+
 #[derive(Debug)]
 struct LeanAttentionBackward;
 
@@ -32,9 +37,7 @@ impl<B: Backend> Backward<B, 3> for LeanAttentionBackward {
         let [query_node, key_node, value_node] = ops.parents;
         let grad = grads.consume::<B>(&ops.node);
         let (query, key, value, output, lse, causal) = ops.state;
-        let dims = query.shape().dims::<4>();
-        let keys = key.shape().dims::<4>()[2];
-        let block = blocked::block_rows(dims, keys, query.dtype().size());
+        let blocks = blocks(query.shape().dims::<4>(), key.shape().dims::<4>()[2], causal, query.dtype().size());
         let (grad_query, grad_key, grad_value) = blocked::backward(
             tensor::<B>(query),
             tensor(key),
@@ -43,7 +46,7 @@ impl<B: Backend> Backward<B, 3> for LeanAttentionBackward {
             tensor(lse),
             tensor(grad),
             causal,
-            block,
+            &blocks,
         );
         for (node, grad) in [(query_node, grad_query), (key_node, grad_key), (value_node, grad_value)] {
             if let Some(node) = node {
@@ -63,15 +66,14 @@ impl<B: AttentionOps, C: CheckpointStrategy> AttentionOps for Autodiff<B, C> {
         let parents = [query.node.clone(), key.node.clone(), value.node.clone()];
         match LeanAttentionBackward.prepare::<C>(parents).compute_bound().stateful() {
             OpsKind::Tracked(prep) => {
-                let dims = query.primitive.shape().dims::<4>();
                 let keys = key.primitive.shape().dims::<4>()[2];
-                let block = blocked::block_rows(dims, keys, query.primitive.dtype().size());
+                let blocks = blocks(query.primitive.shape().dims::<4>(), keys, causal, query.primitive.dtype().size());
                 let (output, lse) = blocked::forward(
                     tensor::<B>(query.primitive.clone()),
                     tensor(key.primitive.clone()),
                     tensor(value.primitive.clone()),
                     causal,
-                    block,
+                    &blocks,
                 );
                 let output = primitive(output);
                 let state = (query.primitive, key.primitive, value.primitive, output.clone(), primitive(lse), causal);

@@ -1,76 +1,140 @@
 //! The blocked forward (with each row's log-sum-exp) and the recomputing backward, on
 //! plain Burn tensors of any backend.
+//!
+//! A causal block stops at the last key its rows may see: it neither computes nor masks
+//! the scores above the diagonal (about half of all `queries × keys`), and in the same
+//! workspace the blocks that see fewer keys take more rows.
+
+use std::ops::Range;
 
 use burn::tensor::backend::Backend;
 use burn::tensor::{Bool, Int, Tensor};
 
 use super::attention_workspace;
 
-/// Query rows per block so that about four `[batch, heads, rows, keys]` buffers of
-/// `elem_bytes` fit in the [`attention_workspace`] (at least one row).
-pub(crate) fn block_rows(dims: [usize; 4], keys: usize, elem_bytes: usize) -> usize {
-    let [batch, heads, queries, _] = dims;
-    let per_row = 4 * batch * heads * keys * elem_bytes;
-    (attention_workspace() / per_row.max(1)).clamp(1, queries.max(1))
+/// Query rows `start .. start + rows`, which attend to keys `0 .. keys`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Block {
+    pub start: usize,
+    pub rows: usize,
+    pub keys: usize,
 }
 
-/// `[batch, heads, rows, keys]` true where query row `start + i` may not see key `j`:
-/// `j > start + i + (keys − queries)`, Burn's bottom-right alignment.
-fn causal_mask<B: Backend>(
-    dims: [usize; 4],
-    start: usize,
-    rows: usize,
-    keys: usize,
-    device: &B::Device,
-) -> Tensor<B, 4, Bool> {
-    let [batch, heads, queries, _] = dims;
-    let offset = (keys - queries) as i64;
-    let row = Tensor::<B, 1, Int>::arange(start as i64..(start + rows) as i64, device).add_scalar(offset);
-    let col = Tensor::<B, 1, Int>::arange(0..keys as i64, device);
-    let mask = col.reshape([1, keys]).greater(row.reshape([rows, 1]));
-    mask.reshape([1, 1, rows, keys]).expand([batch, heads, rows, keys])
-}
-
-/// The scaled (and masked) scores of query rows `start .. start + rows`: `[b, h, rows, keys]`.
-fn scores<B: Backend>(
-    query: &Tensor<B, 4>,
-    key_t: &Tensor<B, 4>,
-    start: usize,
-    rows: usize,
-    causal: bool,
-    scale: f64,
-) -> Tensor<B, 4> {
-    let [batch, heads, _, head_dim] = query.dims();
-    let keys = key_t.dims()[3];
-    let block = query.clone().slice([0..batch, 0..heads, start..start + rows, 0..head_dim]);
-    let scores = block.matmul(key_t.clone()).mul_scalar(scale);
-    if causal {
-        scores.mask_fill(causal_mask::<B>(query.dims(), start, rows, keys, &query.device()), f32::NEG_INFINITY)
-    } else {
-        scores
+impl Block {
+    fn rows(&self) -> Range<usize> {
+        self.start..self.start + self.rows
     }
 }
 
+/// Scores one block may hold per batch item and head, so that about four
+/// `[batch, heads, rows, keys]` buffers of `elem_bytes` fit in the [`attention_workspace`].
+pub(crate) fn block_scores(dims: [usize; 4], elem_bytes: usize) -> usize {
+    let [batch, heads, _, _] = dims;
+    attention_workspace() / (4 * batch * heads * elem_bytes).max(1)
+}
+
+/// Keys a causal block computes come in multiples of this (or all of them): fewer distinct
+/// shapes, so fewer kernels to compile and tune, for a few masked scores more.
+pub(crate) const KEY_GRANULE: usize = 32;
+
+/// Blocks of query rows covering `0 .. queries` in order, each with at most `scores`
+/// `rows × keys` (a block of one row may have more). Causal (aligned at the bottom right,
+/// as Burn's: row `i` sees keys `0 ..= i + keys − queries`), a block's keys end at the
+/// last one its last row sees, rounded up to a multiple of `granule`, and it takes as many
+/// rows as fit.
+pub(crate) fn blocks(queries: usize, keys: usize, causal: bool, scores: usize, granule: usize) -> Vec<Block> {
+    let offset = keys.saturating_sub(queries);
+    let granule = granule.max(1);
+    let seen = |start: usize, rows: usize| {
+        if causal {
+            (start + rows + offset).next_multiple_of(granule).min(keys)
+        } else {
+            keys
+        }
+    };
+    let mut blocks = Vec::new();
+    let mut start = 0;
+    while start < queries {
+        // rows × seen(rows) grows with rows: the most rows within `scores`, at least one.
+        let (mut low, mut high) = (1, queries - start);
+        while low < high {
+            let mid = low + (high - low).div_ceil(2);
+            if mid * seen(start, mid) <= scores {
+                low = mid;
+            } else {
+                high = mid - 1;
+            }
+        }
+        blocks.push(Block { start, rows: low, keys: seen(start, low) });
+        start += low;
+    }
+    blocks
+}
+
+/// The scaled (and masked) scores of `block`: `[b, h, rows, block keys]`, from the whole
+/// query and key.
+fn scores<B: Backend>(query: &Tensor<B, 4>, key: &Tensor<B, 4>, block: Block, causal: bool) -> Tensor<B, 4> {
+    let [batch, heads, queries, head_dim] = query.dims();
+    let scale = 1.0 / (head_dim as f64).sqrt();
+    let scores = block_rows(query, block).matmul(seen_keys(key, block).swap_dims(2, 3)).mul_scalar(scale);
+    // Row `start + i` may not see key `j > start + i + offset` (Burn's bottom-right
+    // alignment): nothing to mask when the block's first row sees all of its keys.
+    let offset = key.dims()[2] - queries;
+    if !causal || block.keys <= block.start + offset + 1 {
+        return scores;
+    }
+    let device = query.device();
+    let Block { start, rows, keys } = block;
+    let row = Tensor::<B, 1, Int>::arange((start + offset) as i64..(start + offset + rows) as i64, &device);
+    let col = Tensor::<B, 1, Int>::arange(0..keys as i64, &device);
+    let hidden: Tensor<B, 2, Bool> = col.reshape([1, keys]).greater(row.reshape([rows, 1]));
+    scores.mask_fill(hidden.reshape([1, 1, rows, keys]).expand([batch, heads, rows, keys]), f32::NEG_INFINITY)
+}
+
+/// The rows `0 .. block keys` of a `[b, h, keys, d]` tensor (itself when the block sees
+/// them all).
+fn seen_keys<B: Backend>(tensor: &Tensor<B, 4>, block: Block) -> Tensor<B, 4> {
+    let [batch, heads, keys, dim] = tensor.dims();
+    if block.keys == keys {
+        return tensor.clone();
+    }
+    tensor.clone().slice([0..batch, 0..heads, 0..block.keys, 0..dim])
+}
+
+/// The block's query rows of a `[b, h, queries, n]` tensor.
+fn block_rows<B: Backend>(tensor: &Tensor<B, 4>, block: Block) -> Tensor<B, 4> {
+    let [batch, heads, _, n] = tensor.dims();
+    tensor.clone().slice([0..batch, 0..heads, block.rows(), 0..n])
+}
+
+/// `sum` plus `part` added to its first `part.dims()[2]` rows along dim 2.
+fn add_to_first_keys<B: Backend>(sum: Tensor<B, 4>, part: Tensor<B, 4>) -> Tensor<B, 4> {
+    let [batch, heads, keys, dim] = part.dims();
+    if keys == sum.dims()[2] {
+        return sum + part;
+    }
+    let ranges = [0..batch, 0..heads, 0..keys, 0..dim];
+    let head = sum.clone().slice(ranges.clone()) + part;
+    sum.slice_assign(ranges, head)
+}
+
 /// The attention output `[b, h, queries, head_dim]` and each query row's log-sum-exp of
-/// its scores `[b, h, queries, 1]`, `block` query rows at a time.
+/// its scores `[b, h, queries, 1]`, one of `blocks` (covering the queries in order) at a
+/// time.
 pub(crate) fn forward<B: Backend>(
     query: Tensor<B, 4>,
     key: Tensor<B, 4>,
     value: Tensor<B, 4>,
     causal: bool,
-    block: usize,
+    blocks: &[Block],
 ) -> (Tensor<B, 4>, Tensor<B, 4>) {
-    let queries = query.dims()[2];
-    let scale = 1.0 / (query.dims()[3] as f64).sqrt();
-    let key_t = key.swap_dims(2, 3);
     let (mut outputs, mut lse) = (Vec::new(), Vec::new());
-    for start in (0..queries).step_by(block.max(1)) {
-        let rows = block.min(queries - start);
-        let scores = scores(&query, &key_t, start, rows, causal, scale);
+    for &block in blocks {
+        let scores = scores(&query, &key, block, causal);
         let max = scores.clone().max_dim(3);
         let weights = (scores - max.clone()).exp();
         let sum = weights.clone().sum_dim(3);
-        outputs.push(weights.matmul(value.clone()).div(sum.clone()));
+        outputs.push(weights.matmul(seen_keys(&value, block)).div(sum.clone()));
         lse.push(max + sum.log());
     }
     (Tensor::cat(outputs, 2), Tensor::cat(lse, 2))
@@ -87,29 +151,24 @@ pub(crate) fn backward<B: Backend>(
     lse: Tensor<B, 4>,
     grad: Tensor<B, 4>,
     causal: bool,
-    block: usize,
+    blocks: &[Block],
 ) -> (Tensor<B, 4>, Tensor<B, 4>, Tensor<B, 4>) {
-    let [batch, heads, queries, head_dim] = query.dims();
-    let scale = 1.0 / (head_dim as f64).sqrt();
+    let scale = 1.0 / (query.dims()[3] as f64).sqrt();
     // D = rowsum(dO ∘ O): the softmax's backward term, per query row.
     let delta = (grad.clone() * output).sum_dim(3);
-    let key_t = key.clone().swap_dims(2, 3);
-    let value_t = value.clone().swap_dims(2, 3);
     let mut grad_key = key.zeros_like();
     let mut grad_value = value.zeros_like();
     let mut grad_query = Vec::new();
-    for start in (0..queries).step_by(block.max(1)) {
-        let rows = block.min(queries - start);
-        let range = [0..batch, 0..heads, start..start + rows];
-        let probabilities =
-            (scores(&query, &key_t, start, rows, causal, scale) - lse.clone().slice(range.clone())).exp();
-        let grad_block = grad.clone().slice([0..batch, 0..heads, start..start + rows, 0..head_dim]);
-        grad_value = grad_value + probabilities.clone().swap_dims(2, 3).matmul(grad_block.clone());
-        let grad_probabilities = grad_block.matmul(value_t.clone());
-        let grad_scores = probabilities * (grad_probabilities - delta.clone().slice(range));
-        grad_query.push(grad_scores.clone().matmul(key.clone()).mul_scalar(scale));
-        let query_block = query.clone().slice([0..batch, 0..heads, start..start + rows, 0..head_dim]);
-        grad_key = grad_key + grad_scores.swap_dims(2, 3).matmul(query_block).mul_scalar(scale);
+    for &block in blocks {
+        let probabilities = (scores(&query, &key, block, causal) - block_rows(&lse, block)).exp();
+        let grad_block = block_rows(&grad, block);
+        grad_value = add_to_first_keys(grad_value, probabilities.clone().swap_dims(2, 3).matmul(grad_block.clone()));
+        let grad_probabilities = grad_block.matmul(seen_keys(&value, block).swap_dims(2, 3));
+        let grad_scores = probabilities * (grad_probabilities - block_rows(&delta, block));
+        // s = scale·q·kᵀ: ds/dq = scale·k, ds/dk = scale·q.
+        grad_query.push(grad_scores.clone().matmul(seen_keys(&key, block)).mul_scalar(scale));
+        let grad_key_part = grad_scores.swap_dims(2, 3).matmul(block_rows(&query, block)).mul_scalar(scale);
+        grad_key = add_to_first_keys(grad_key, grad_key_part);
     }
     (Tensor::cat(grad_query, 2), grad_key, grad_value)
 }

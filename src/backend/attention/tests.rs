@@ -23,7 +23,9 @@ struct Case {
     keys: usize,
     head_dim: usize,
     causal: bool,
-    block: usize,
+    /// Scores a block may hold, and the granule of its keys (`blocked::blocks`).
+    scores: usize,
+    granule: usize,
 }
 
 fn cases(seed: u64, count: usize) -> Vec<Case> {
@@ -40,7 +42,8 @@ fn cases(seed: u64, count: usize) -> Vec<Case> {
                 keys,
                 head_dim: [4, 8, 16][rng.random_range(0..3)],
                 causal,
-                block: rng.random_range(1..=queries),
+                scores: rng.random_range(1..=queries * keys),
+                granule: [1, 2, 4, 32][rng.random_range(0..4)],
             }
         })
         .collect()
@@ -120,11 +123,12 @@ fn every_block_size_gives_the_same_output_and_gradients() {
         let input = inputs::<Flex>(case, &device);
         let reference = run(case, &input, true);
         let [query, key, value, weight] = input;
-        // The blocked functions directly, with the case's block size (the op picks blocks
-        // from the workspace, one block at these sizes).
-        let (output, lse) = blocked::forward(query.clone(), key.clone(), value.clone(), case.causal, case.block);
+        // The blocked functions directly, with the case's blocks (the op picks blocks from
+        // the workspace, one block at these sizes).
+        let blocks = blocked::blocks(case.queries, case.keys, case.causal, case.scores, case.granule);
+        let (output, lse) = blocked::forward(query.clone(), key.clone(), value.clone(), case.causal, &blocks);
         let (grad_query, grad_key, grad_value) =
-            blocked::backward(query, key, value, output.clone(), lse, weight, case.causal, case.block);
+            blocked::backward(query, key, value, output.clone(), lse, weight, case.causal, &blocks);
         for (name, (a, b)) in NAMES.iter().zip([output, grad_query, grad_key, grad_value].iter().zip(&reference)) {
             assert!(excess(a, b) <= 0.0, "{name} of {case:?} off by {}", excess(a, b));
         }
@@ -136,7 +140,7 @@ fn control_the_comparison_sees_a_wrong_mask() {
     // The same comparison with the causal flag flipped on our side fails: the tolerance
     // is tight enough to tell the two attentions apart.
     let device = Default::default();
-    let case = Case { batch: 1, heads: 2, queries: 12, keys: 12, head_dim: 8, causal: true, block: 5 };
+    let case = Case { batch: 1, heads: 2, queries: 12, keys: 12, head_dim: 8, causal: true, scores: 30, granule: 1 };
     let input = inputs::<Flex>(case, &device);
     let reference = run(case, &input, true);
     let wrong = run(Case { causal: false, ..case }, &input, false);
@@ -148,9 +152,54 @@ fn control_the_comparison_sees_a_wrong_mask() {
 #[test]
 fn without_autodiff_it_is_burns_attention() {
     let device = Default::default();
-    let case = Case { batch: 2, heads: 2, queries: 9, keys: 9, head_dim: 8, causal: true, block: 9 };
+    let case = Case { batch: 2, heads: 2, queries: 9, keys: 9, head_dim: 8, causal: true, scores: 81, granule: 1 };
     let [query, key, value, _] = inputs::<Flex>(case, &device);
     let options = AttentionModuleOptions { scale: None, softcap: None, is_causal: true };
     let burns = attention(query.clone(), key.clone(), value.clone(), None, None, options);
     assert!(excess(&lean_attention(query, key, value, true), &burns) <= 0.0);
+}
+
+#[test]
+fn blocks_cover_the_queries_within_the_scores_and_stop_at_the_last_seen_key() {
+    let mut rng = SmallRng::seed_from_u64(4);
+    for _ in 0..500 {
+        let queries = rng.random_range(1..=300);
+        let keys = queries + if rng.random_bool(0.5) { 0 } else { rng.random_range(1..=40) };
+        let causal = rng.random_bool(0.5);
+        let scores = rng.random_range(1..=2 * queries * keys);
+        let granule = rng.random_range(1..=40);
+        let blocks = blocked::blocks(queries, keys, causal, scores, granule);
+        let seen = |start: usize, rows: usize| {
+            if causal {
+                (start + rows + keys - queries).next_multiple_of(granule).min(keys)
+            } else {
+                keys
+            }
+        };
+        let mut start = 0;
+        for (i, block) in blocks.iter().enumerate() {
+            let case = (queries, keys, causal, scores, granule, block);
+            assert_eq!(block.start, start, "{case:?}: a gap or an overlap");
+            assert_eq!(block.keys, seen(block.start, block.rows), "{case:?}: not the last key its rows see");
+            assert!(block.rows == 1 || block.rows * block.keys <= scores, "{case:?}: over the scores");
+            let last = i + 1 == blocks.len();
+            let one_more = block.rows + 1;
+            assert!(last || one_more * seen(block.start, one_more) > scores, "{case:?}: one more row would fit");
+            start += block.rows;
+        }
+        assert_eq!(start, queries, "the blocks end at {start}, not at {queries}");
+    }
+}
+
+#[test]
+fn causal_blocks_compute_about_half_the_scores_in_fewer_blocks() {
+    // gpt2-small's attention (8 × 12 heads, 1024 tokens, f32) in the default 64 MiB.
+    let scores = super::DEFAULT_ATTENTION_WORKSPACE_BYTES / (4 * 8 * 12 * 4);
+    let total = |blocks: &[blocked::Block]| blocks.iter().map(|b| b.rows * b.keys).sum::<usize>();
+    let full = blocked::blocks(1024, 1024, false, scores, blocked::KEY_GRANULE);
+    let causal = blocked::blocks(1024, 1024, true, scores, blocked::KEY_GRANULE);
+    // The control: without causality every block computes all 1024 keys.
+    assert_eq!(total(&full), 1024 * 1024);
+    assert!(total(&causal) * 100 <= 60 * 1024 * 1024, "causal blocks computed {} scores", total(&causal));
+    assert!(causal.len() * 10 <= full.len() * 6, "{} causal blocks against {} full", causal.len(), full.len());
 }
