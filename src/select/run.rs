@@ -60,14 +60,14 @@ impl Selection {
     /// Runs `job` on the chosen device, on Burn's default stack there: `Autodiff<Cuda>`,
     /// `Autodiff<Wgpu>` or `Autodiff<Flex>`.
     pub fn run<J: BackendJob>(&self, job: J) -> J::Output {
-        self.run_with(job, Checkpointing::Off)
+        dispatch_stock::<One<J>, NoCheckpointing>(self.one(), One(job))
     }
 
     /// [`run`](Self::run), with the given activation checkpointing.
     pub fn run_with<J: BackendJob>(&self, job: J, checkpointing: Checkpointing) -> J::Output {
         match checkpointing {
-            Checkpointing::Off => self.dispatch::<J, NoCheckpointing>(job, false),
-            Checkpointing::Balanced => self.dispatch::<J, BalancedCheckpointing>(job, false),
+            Checkpointing::Off => dispatch_stock::<One<J>, NoCheckpointing>(self.one(), One(job)),
+            Checkpointing::Balanced => dispatch_stock::<One<J>, BalancedCheckpointing>(self.one(), One(job)),
         }
     }
 
@@ -76,14 +76,14 @@ impl Selection {
     /// `B` Burn's default `Cuda` or `Wgpu` (fused; leanburn's kernels run as Fusion custom
     /// operations), or `Flex`.
     pub fn run_lean<J: BackendJob>(&self, job: J) -> J::Output {
-        self.run_lean_with(job, Checkpointing::Off)
+        dispatch_lean::<One<J>, NoCheckpointing>(self.one(), One(job))
     }
 
     /// [`run_lean`](Self::run_lean), with the given activation checkpointing.
     pub fn run_lean_with<J: BackendJob>(&self, job: J, checkpointing: Checkpointing) -> J::Output {
         match checkpointing {
-            Checkpointing::Off => self.dispatch::<J, NoCheckpointing>(job, true),
-            Checkpointing::Balanced => self.dispatch::<J, BalancedCheckpointing>(job, true),
+            Checkpointing::Off => dispatch_lean::<One<J>, NoCheckpointing>(self.one(), One(job)),
+            Checkpointing::Balanced => dispatch_lean::<One<J>, BalancedCheckpointing>(self.one(), One(job)),
         }
     }
 
@@ -102,8 +102,8 @@ impl Selection {
         }
     }
 
-    fn dispatch<J: BackendJob, C: CheckpointStrategy>(&self, job: J, lean: bool) -> J::Output {
-        dispatch::<One<J>, C>(std::slice::from_ref(&self.chosen), One(job), lean)
+    fn one(&self) -> &[Chosen] {
+        std::slice::from_ref(&self.chosen)
     }
 }
 
@@ -128,18 +128,38 @@ impl<J: BackendJob> ReplicatedJob for One<J> {
     }
 }
 
-/// The one place a choice becomes a type: `Autodiff<B, C>` over the chosen backend,
-/// wrapped in `Lean` when `lean`. `devices` are all of the first one's kind.
+/// `Autodiff<B, C>` over the chosen backend, wrapped in `Lean` when `lean` (a choice made
+/// at run time: the job is compiled for both stacks).
 fn dispatch<J: ReplicatedJob, C: CheckpointStrategy>(devices: &[Chosen], job: J, lean: bool) -> J::Output {
-    match (&devices[0], lean) {
+    if lean {
+        dispatch_lean::<J, C>(devices, job)
+    } else {
+        dispatch_stock::<J, C>(devices, job)
+    }
+}
+
+/// Where a choice becomes a type, on Burn's default stack: `Autodiff<B, C>` over the chosen
+/// backend. `devices` are all of the first one's kind.
+///
+/// The two stacks are two functions so that a job run on one of them is compiled for its
+/// three backends only: every instantiation of a training job is a large share of a
+/// binary's build time (`docs/ci.md`).
+fn dispatch_stock<J: ReplicatedJob, C: CheckpointStrategy>(devices: &[Chosen], job: J) -> J::Output {
+    match &devices[0] {
         #[cfg(feature = "cuda")]
-        (Chosen::Cuda { .. }, false) => job.run::<Autodiff<burn::backend::Cuda, C>>(cuda_devices(devices)),
+        Chosen::Cuda { .. } => job.run::<Autodiff<burn::backend::Cuda, C>>(cuda_devices(devices)),
+        Chosen::Wgpu { .. } => job.run::<Autodiff<Wgpu, C>>(wgpu_devices(devices)),
+        Chosen::Cpu => job.run::<Autodiff<Flex, C>>(vec![FlexDevice; devices.len()]),
+    }
+}
+
+/// [`dispatch_stock`] with `Lean` inside autodiff: `Autodiff<Lean<B>, C>`.
+fn dispatch_lean<J: ReplicatedJob, C: CheckpointStrategy>(devices: &[Chosen], job: J) -> J::Output {
+    match &devices[0] {
         #[cfg(feature = "cuda")]
-        (Chosen::Cuda { .. }, true) => job.run::<Autodiff<Lean<burn::backend::Cuda>, C>>(cuda_devices(devices)),
-        (Chosen::Wgpu { .. }, false) => job.run::<Autodiff<Wgpu, C>>(wgpu_devices(devices)),
-        (Chosen::Wgpu { .. }, true) => job.run::<Autodiff<Lean<Wgpu>, C>>(wgpu_devices(devices)),
-        (Chosen::Cpu, false) => job.run::<Autodiff<Flex, C>>(vec![FlexDevice; devices.len()]),
-        (Chosen::Cpu, true) => job.run::<Autodiff<Lean<Flex>, C>>(vec![FlexDevice; devices.len()]),
+        Chosen::Cuda { .. } => job.run::<Autodiff<Lean<burn::backend::Cuda>, C>>(cuda_devices(devices)),
+        Chosen::Wgpu { .. } => job.run::<Autodiff<Lean<Wgpu>, C>>(wgpu_devices(devices)),
+        Chosen::Cpu => job.run::<Autodiff<Lean<Flex>, C>>(vec![FlexDevice; devices.len()]),
     }
 }
 
