@@ -268,33 +268,38 @@ struct Mlp<B: Backend> {
 }
 
 impl<B: AttentionOps> CausalSelfAttention<B> {
-    /// `[batch, seq, d]` → `[batch, seq, d]`, each position seeing itself and earlier ones.
-    fn forward(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
-        let [batch, seq, d] = x.dims();
+    /// `[batch · seq, d]` → `[batch · seq, d]`, each position seeing itself and earlier ones
+    /// of its own sequence (rows `b · seq .. (b + 1) · seq` are sequence `b`).
+    fn forward(&self, x: Tensor<B, 2>, [batch, seq]: [usize; 2]) -> Tensor<B, 2> {
+        let d = x.dims()[1];
         let head_dim = d / self.heads;
-        let [query, key, value] = self.qkv.forward(x).chunk(3, 2).try_into().expect("three equal chunks of 3·d");
-        let heads = |t: Tensor<B, 3>| t.reshape([batch, seq, self.heads, head_dim]).swap_dims(1, 2);
+        let [query, key, value] = self.qkv.forward(x).chunk(3, 1).try_into().expect("three equal chunks of 3·d");
+        let heads = |t: Tensor<B, 2>| t.reshape([batch, seq, self.heads, head_dim]).swap_dims(1, 2);
         let context = if self.lean {
             lean_attention(heads(query), heads(key), heads(value), true)
         } else {
             let options = AttentionModuleOptions { is_causal: true, ..Default::default() };
             attention(heads(query), heads(key), heads(value), None, None, options)
         };
-        let context = context.swap_dims(1, 2).reshape([batch, seq, d]);
+        let context = context.swap_dims(1, 2).reshape([batch * seq, d]);
         self.dropout.forward(self.projection.forward(context))
     }
 }
 
 impl<B: Backend> Mlp<B> {
-    fn forward(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
+    fn forward(&self, x: Tensor<B, 2>) -> Tensor<B, 2> {
         let x = self.activation.forward(self.expand.forward(x));
         self.dropout.forward(self.project.forward(x))
     }
 }
 
 impl<B: AttentionOps> Block<B> {
-    fn forward(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
-        let x = x.clone() + self.attention.forward(self.attention_norm.forward(x));
+    /// Token rows `[batch · seq, d]`: every layer but attention treats tokens one by one, so
+    /// the linear layers multiply one `[batch · seq, d_in]` matrix (a single GEMM for each
+    /// gradient too, where `[batch, seq, d_in]` inputs make Burn's weight gradient `batch`
+    /// GEMMs over `seq` rows and a sum over their `[batch, d_in, d_out]` results).
+    fn forward(&self, x: Tensor<B, 2>, sequences: [usize; 2]) -> Tensor<B, 2> {
+        let x = x.clone() + self.attention.forward(self.attention_norm.forward(x), sequences);
         x.clone() + self.mlp.forward(self.mlp_norm.forward(x))
     }
 }
@@ -310,15 +315,21 @@ impl<B: AttentionOps> Gpt2<B> {
         let device = tokens.device();
         let positions = Tensor::<B, 1, Int>::arange(0..seq as i64, &device).reshape([1, seq]).expand([batch, seq]);
         let x = self.token_embedding.forward(tokens) + self.position_embedding.forward(positions);
-        let x = self.blocks.iter().fold(self.dropout.forward(x), |x, block| block.forward(x));
-        self.final_norm.forward(x)
+        let d = x.dims()[2];
+        let x = self.dropout.forward(x).reshape([batch * seq, d]);
+        let x = self.blocks.iter().fold(x, |x, block| block.forward(x, [batch, seq]));
+        self.final_norm.forward(x).reshape([batch, seq, d])
     }
 
     /// Hidden states `[batch, seq, d]` → logits `[batch, seq, padded vocab]` through the
     /// tied LM head.
     pub fn logits(&self, hidden: Tensor<B, 3>) -> Tensor<B, 3> {
-        let embedding = self.token_embedding.weight.val();
-        hidden.matmul(embedding.transpose().unsqueeze::<3>())
+        let [batch, seq, d] = hidden.dims();
+        // One `[tokens, d] · [d, vocab]` GEMM: a broadcast `[1, d, vocab]` right-hand side
+        // would make its gradient `batch` partial `[d, vocab]` products and their sum.
+        let logits = hidden.reshape([batch * seq, d]).matmul(self.token_embedding.weight.val().transpose());
+        let vocab = logits.dims()[1];
+        logits.reshape([batch, seq, vocab])
     }
 
     /// Token ids `[batch, seq]` → logits `[batch, seq, padded vocab]`.
@@ -532,6 +543,24 @@ mod tests {
             .assert_approx_eq::<f32>(&lb.clone().narrow(1, 0, 6).into_data(), Default::default());
         let later = (la.narrow(1, 6, 4) - lb.narrow(1, 6, 4)).abs().max().into_scalar();
         assert!(later > 1e-4, "later positions must see the changed tokens ({later})");
+    }
+
+    #[test]
+    fn sequences_of_a_batch_do_not_see_each_other() {
+        // The blocks run on `[batch · seq, d]` token rows: each sequence's logits must be
+        // those it has alone (a row order that mixed sequences would change them).
+        let config = Gpt2Config::new(50, 16, 2, 16, 2);
+        let model = config.init::<Cpu>(&Default::default());
+        let batch = tokens(3, 10, 50, 7);
+        let together = model.forward(batch.clone());
+        for b in 0..3 {
+            let alone = model.forward(batch.clone().narrow(0, b, 1));
+            together
+                .clone()
+                .narrow(0, b, 1)
+                .into_data()
+                .assert_approx_eq::<f32>(&alone.into_data(), burn::tensor::Tolerance::absolute(1e-5));
+        }
     }
 
     #[test]
