@@ -8,6 +8,8 @@
 #   .gpu/gpt2_small_hybrid     the example, `cargo build --release --features cuda`
 #   .gpu/corpus.txt            the text both sides train on
 #   .gpu/r50k_base.tiktoken    GPT-2's BPE for the PyTorch side (tiktoken cannot download)
+#   .gpu/gpt2_parts            for `parts` cases only: `cargo build --release --features cuda
+#                              --bench gpt2_parts`, target/release/deps/gpt2_parts-<hash>
 #
 #   bash benches/gpu_gpt2.sh CASE [CASE ...]     # results under $OUT (default ./gpu-out)
 #   bash benches/gpu_gpt2.sh                     # the comparison below, in one device call
@@ -15,6 +17,8 @@
 # A case is NAME:SECONDS:ARGS, ARGS separated by commas, e.g.
 #   full:300:--mode,full,--steps,300      leanburn example (gpt2-small on CUDA)
 #   torch-f32:120:--steps,100             benches/pytorch_gpt2.py (name starts with torch)
+#   parts-f32:240:--torch-precision,tf32  benches/gpt2_parts.rs with PyTorch's column (name
+#                                         starts with parts): where a step's time goes
 # With no CASE: gpt2-small, batch 8 × 1024, full mode, the same shapes on both sides, in
 # about seven minutes once the kernel cache is warm (a cold cache costs minutes per
 # precision: restore one, or warm it first with the example's --warm-cache):
@@ -45,6 +49,7 @@ ROOT=$PWD
 OUT=${OUT:-$PWD/gpu-out}
 . benches/gpu_setup.sh
 chmod +x .gpu/gpt2_small_hybrid
+[ -e .gpu/gpt2_parts ] && chmod +x .gpu/gpt2_parts
 
 if [ $# -eq 0 ]; then
   lean=--mode,full,--steps,60,--eval-every,1000,--eval-batches,1,--checkpoint-every,1000
@@ -80,7 +85,11 @@ for case in "$@"; do
   sampler=$!
   started=$SECONDS
   echo "=== $name: ${args[*]}"
-  if [[ $name == torch* ]]; then
+  if [[ $name == parts* ]]; then
+    (cd "$WORK" && timeout "$limit" "$ROOT/.gpu/gpt2_parts" --backend cuda --pytorch python3 \
+      --pytorch-script "$ROOT/benches/pytorch_gpt2_parts.py" "${args[@]}") \
+      >"$OUT/logs/$name.log" 2>&1
+  elif [[ $name == torch* ]]; then
     PYTHONUNBUFFERED=1 timeout "$limit" python3 benches/pytorch_gpt2.py --data .gpu/corpus.txt \
       --bpe .gpu/r50k_base.tiktoken --json-out "$OUT/logs/$name.json" "${args[@]}" >"$OUT/logs/$name.log" 2>&1
   else
@@ -94,7 +103,7 @@ for case in "$@"; do
   peak=$(sort -n "$samples" | tail -1)
   printf '%s\t%s\t%s\t%s\t%s\n' "$name" "$seconds" "$code" "${peak:-?}" "$idle" >>"$OUT/summary.tsv"
   # The log's end: the example's summary, or the PyTorch result line.
-  grep -v '^\s*$' "$OUT/logs/$name.log" | grep -v 'Compiling\|autotune' | tail -12
+  grep -v '^\s*$' "$OUT/logs/$name.log" | grep -v 'Compiling\|autotune' | tail -"$([[ $name == parts* ]] && echo 24 || echo 12)"
   # Metrics and validation curves only; checkpoints stay behind (gpt2-small's are 1.5 GB).
   if [ -d "$RUNS/$name" ]; then
     mkdir -p "$OUT/logs/$name"

@@ -1,0 +1,404 @@
+//! Where a GPT-2 training step's time goes, part by part, with PyTorch's same parts beside.
+//!
+//! ```text
+//! cargo bench --bench gpt2_parts -- --backend cpu --preset gpt2-mini --batch 8 --seq 64
+//! gpt2_parts --backend cuda --pytorch python3 --torch-precision tf32     # gpt2-small, 8 × 1024
+//! gpt2_parts --backend cuda --precision bf16 --parts gemm,attention --pytorch python3 --torch-precision bf16
+//! ```
+//!
+//! The parts, each timed as the median of `--reps` runs after `--warmup` untimed ones (which
+//! also absorb CubeCL's compilation and autotuning), the device synced before and after each
+//! run, and scaled to one training step (calls per step × ms per call):
+//!
+//! - `gemm.qkv`, `gemm.proj`, `gemm.fc`, `gemm.out` (once per layer) and `gemm.head` (the
+//!   tied LM head over the full logits, once): a linear layer's three GEMMs, `X·W`, `dY·Wᵀ`
+//!   and `Xᵀ·dY`, as 2-D matrices of `batch · seq` rows (as `Gpt2` multiplies them), on the
+//!   non-autodiff backend. `gemm` is their sum: the matmul work of a step at the backend's
+//!   speed; TFLOP/s counts `6·m·k·n` per linear layer.
+//! - `attention` (once per layer): causal attention's forward and backward on tracked
+//!   `[batch, heads, seq, head_dim]` q, k, v: leanburn's `lean_attention` under autodiff
+//!   (PyTorch: `scaled_dot_product_attention`); `attention.burn`: Burn's `attention` op
+//!   under autodiff (`attention_fallback`), leanburn's side only.
+//! - `step.forward` (the loss, as `HybridTrainer` computes it), `step.backward`,
+//!   `step.optimizer` (AdamW, weight decay 0.1, the gradient norm clipped at 1): one full
+//!   step of the model with the device synced between the three; `step` the same step
+//!   without those syncs. f32 only (`--precision bf16` times the GEMMs and the attention).
+//!
+//! `--pytorch PYTHON` runs `benches/pytorch_gpt2_parts.py` with the same shapes after
+//! leanburn's parts (`--torch-precision`: `tf32` is the fair match for CubeCL's f32 matmuls
+//! on CUDA, which take TF32; `bf16` for `--precision bf16`) and adds its column and the
+//! ratio. The table is Markdown, ready for `docs/benchmarks.md`.
+
+/// The examples' allocator and its settings, so that the bench measures what they run.
+#[path = "../examples/common/allocator.rs"]
+mod allocator;
+
+use std::collections::BTreeMap;
+use std::process::Command;
+use std::time::Instant;
+
+use burn::optim::grad_clipping::GradientClippingConfig;
+use burn::optim::{AdamWConfig, GradientsParams, Optimizer};
+use burn::tensor::backend::Backend;
+use burn::tensor::module::attention;
+use burn::tensor::ops::AttentionModuleOptions;
+use burn::tensor::{Distribution, FloatDType, Tensor};
+use clap::{Parser, ValueEnum};
+use leanburn::backend::lean_attention;
+use leanburn::data::{Split, WindowSampler};
+use leanburn::model::{Gpt2, Gpt2Config};
+use leanburn::select::{select, BackendArgs, BackendJob, BackendKind, TrainBackend};
+use leanburn::trainer::ForwardLoss;
+use serde::{Deserialize, Serialize};
+
+#[derive(Parser, Debug, Clone)]
+#[command(about = "Where a GPT-2 training step's time goes, against PyTorch's same parts")]
+struct Args {
+    #[command(flatten)]
+    backend: BackendArgs,
+    /// GPT-2 preset (gpt2-tiny, gpt2-mini, gpt2-micro, gpt2-small).
+    #[arg(long, default_value = "gpt2-small")]
+    preset: String,
+    #[arg(long, default_value_t = 8)]
+    batch: usize,
+    /// Tokens per sequence; default the preset's context.
+    #[arg(long)]
+    seq: Option<usize>,
+    /// Round the vocabulary up to a multiple of this (64: 50,304 rows, leanburn's GPU default).
+    #[arg(long, default_value_t = 64)]
+    pad_vocab: usize,
+    /// Which parts to time.
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "gemm,attention,step")]
+    parts: Vec<Part>,
+    /// Float type of the GEMMs and the attention (the step runs f32).
+    #[arg(long, value_enum, default_value_t = Precision::F32)]
+    precision: Precision,
+    /// The step's loss: tokens per chunk (0: the full logits, as PyTorch computes them).
+    #[arg(long, default_value_t = 256)]
+    loss_chunk: usize,
+    /// The step's attention: leanburn's (the default) or Burn's op.
+    #[arg(long, value_enum, default_value_t = leanburn::model::Gpt2Attention::Lean)]
+    attention: leanburn::model::Gpt2Attention,
+    #[arg(long, default_value_t = 5)]
+    reps: usize,
+    #[arg(long, default_value_t = 2)]
+    warmup: usize,
+    /// A Python interpreter with PyTorch: adds benches/pytorch_gpt2_parts.py's column.
+    #[arg(long)]
+    pytorch: Option<String>,
+    /// PyTorch's script, if not where this binary was built from.
+    #[arg(long, default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/benches/pytorch_gpt2_parts.py"))]
+    pytorch_script: String,
+    /// PyTorch's precision: f32 (strict), tf32 or bf16 (autocast).
+    #[arg(long, default_value = "tf32")]
+    torch_precision: String,
+    #[arg(long, default_value_t = 42)]
+    seed: u64,
+    /// Accepted for `cargo bench` compatibility.
+    #[arg(long, hide = true)]
+    bench: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Part {
+    Gemm,
+    Attention,
+    Step,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Precision {
+    F32,
+    Bf16,
+}
+
+/// One part's figures, the same on both sides (PyTorch's script prints these as JSON).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Timing {
+    /// Calls per training step.
+    calls: usize,
+    /// Median milliseconds per call.
+    ms: f64,
+    /// Floating-point operations per call, where counted.
+    flops: Option<f64>,
+}
+
+impl Timing {
+    fn per_step(&self) -> f64 {
+        self.calls as f64 * self.ms
+    }
+}
+
+fn main() {
+    allocator::keep_freed_memory();
+    let args = Args::parse();
+    if let Err(message) = run(&args) {
+        eprintln!("error: {message}");
+        std::process::exit(1);
+    }
+}
+
+fn run(args: &Args) -> Result<(), String> {
+    let config = Gpt2Config::preset(&args.preset).map_err(|e| e.to_string())?.with_pad_vocab_to(args.pad_vocab);
+    let seq = args.seq.unwrap_or(config.context);
+    if seq == 0 || seq > config.context || args.batch == 0 || args.reps == 0 {
+        return Err(format!("need 1 ≤ --seq ≤ {} (the preset's context), --batch ≥ 1 and --reps ≥ 1", config.context));
+    }
+    let selection = select(&args.backend).map_err(|e| e.to_string())?;
+    eprintln!("{selection}");
+    let name = selection.kind().to_string();
+    let ours = selection.run(Parts { args: args.clone(), config: config.clone(), seq })?;
+    let device = if selection.kind() == BackendKind::Cpu { "cpu" } else { "cuda" };
+    let torch = match &args.pytorch {
+        Some(python) => Some(pytorch(python, args, seq, device)?),
+        None => None,
+    };
+    report(args, &config, seq, &name, &ours, torch.as_ref());
+    Ok(())
+}
+
+struct Parts {
+    args: Args,
+    config: Gpt2Config,
+    seq: usize,
+}
+
+impl BackendJob for Parts {
+    type Output = Result<BTreeMap<String, Timing>, String>;
+
+    fn run<B: TrainBackend>(self, device: B::Device) -> Self::Output {
+        let Parts { args, config, seq } = self;
+        B::seed(&device, args.seed);
+        let dtype = match args.precision {
+            Precision::F32 => FloatDType::F32,
+            Precision::Bf16 => FloatDType::BF16,
+        };
+        let timer = Timer { reps: args.reps, warmup: args.warmup };
+        let mut parts = BTreeMap::new();
+        if args.parts.contains(&Part::Gemm) {
+            gemms::<B::InnerBackend>(&config, args.batch * seq, dtype, &timer, &device, &mut parts);
+        }
+        if args.parts.contains(&Part::Attention) {
+            let dims = [args.batch, config.heads, seq, config.d_model / config.heads];
+            let random =
+                || Tensor::<B::InnerBackend, 4>::random(dims, Distribution::Normal(0.0, 1.0), &device).cast(dtype);
+            let (q, k, v) = (random(), random(), random());
+            let tracked = |t: &Tensor<B::InnerBackend, 4>| Tensor::<B, 4>::from_inner(t.clone()).require_grad();
+            let lean = || lean_attention(tracked(&q), tracked(&k), tracked(&v), true).sum().backward();
+            parts.insert("attention".into(), timer.time::<B, _>(&device, config.layers, None, lean));
+            let options = AttentionModuleOptions { is_causal: true, ..Default::default() };
+            let burn = || attention(tracked(&q), tracked(&k), tracked(&v), None, None, options).sum().backward();
+            parts.insert("attention.burn".into(), timer.time::<B, _>(&device, config.layers, None, burn));
+        }
+        if args.parts.contains(&Part::Step) {
+            if args.precision != Precision::F32 {
+                eprintln!("note: the step parts run f32 only; skipped at {:?}", args.precision);
+            } else {
+                step::<B>(&args, &config, seq, &timer, &device, &mut parts);
+            }
+        }
+        Ok(parts)
+    }
+}
+
+/// Median timing of a closure, the device synced around each run. What the closure returns
+/// stays alive until the device is synced, so that no queued work can be dropped unrun.
+struct Timer {
+    reps: usize,
+    warmup: usize,
+}
+
+impl Timer {
+    fn time<B: Backend, R>(
+        &self,
+        device: &B::Device,
+        calls: usize,
+        flops: Option<f64>,
+        mut f: impl FnMut() -> R,
+    ) -> Timing {
+        let mut samples = Vec::with_capacity(self.reps);
+        for rep in 0..self.warmup + self.reps {
+            B::sync(device).expect("device sync");
+            let started = Instant::now();
+            let results = f();
+            B::sync(device).expect("device sync");
+            drop(results);
+            if rep >= self.warmup {
+                samples.push(started.elapsed().as_secs_f64() * 1e3);
+            }
+        }
+        Timing { calls, ms: median(&mut samples), flops }
+    }
+}
+
+fn median(samples: &mut [f64]) -> f64 {
+    samples.sort_by(f64::total_cmp);
+    samples[samples.len() / 2]
+}
+
+/// The three GEMMs of each linear layer of a step, on `m` token rows.
+fn gemms<B: Backend>(
+    config: &Gpt2Config,
+    m: usize,
+    dtype: FloatDType,
+    timer: &Timer,
+    device: &B::Device,
+    parts: &mut BTreeMap<String, Timing>,
+) {
+    let d = config.d_model;
+    let linears = [
+        ("gemm.qkv", d, 3 * d, config.layers),
+        ("gemm.proj", d, d, config.layers),
+        ("gemm.fc", d, 4 * d, config.layers),
+        ("gemm.out", 4 * d, d, config.layers),
+        ("gemm.head", d, config.padded_vocab(), 1),
+    ];
+    for (name, k, n, calls) in linears {
+        let random =
+            |shape: [usize; 2]| Tensor::<B, 2>::random(shape, Distribution::Normal(0.0, 1.0), device).cast(dtype);
+        let (x, w, dy) = (random([m, k]), random([k, n]), random([m, n]));
+        let flops = 6.0 * (m * k * n) as f64;
+        let timing = timer.time::<B, _>(device, calls, Some(flops), || {
+            let y = x.clone().matmul(w.clone());
+            let dx = dy.clone().matmul(w.clone().transpose());
+            let dw = x.clone().transpose().matmul(dy.clone());
+            (y, dx, dw)
+        });
+        parts.insert(name.into(), timing);
+    }
+}
+
+/// One full step split into forward, backward and optimizer, each synced; and unsplit.
+fn step<B: TrainBackend>(
+    args: &Args,
+    config: &Gpt2Config,
+    seq: usize,
+    timer: &Timer,
+    device: &B::Device,
+    parts: &mut BTreeMap<String, Timing>,
+) {
+    let chunk = (args.loss_chunk > 0).then_some(args.loss_chunk);
+    let mut model: Option<Gpt2<B>> =
+        Some(config.init::<B>(device).with_loss_chunk(chunk).with_attention(args.attention));
+    let mut optimizer =
+        AdamWConfig::new().with_weight_decay(0.1).with_grad_clipping(Some(GradientClippingConfig::Norm(1.0))).init();
+    // Token ids spread over the vocabulary (speed does not depend on which are fed).
+    let ids: Vec<u32> = (0..args.batch * (seq + 1) * 4).map(|i| ((i * 7919 + 13) % config.vocab_size) as u32).collect();
+    let mut sampler = WindowSampler::new(args.batch, seq, args.seed).expect("batch and seq checked above");
+    let host = sampler.sample(&ids, Split::Train).expect("enough ids for one window per row");
+    let batch = || host.to_device::<B>(device);
+    let sync = || B::sync(device).expect("device sync");
+    let mut samples: [Vec<f64>; 4] = Default::default();
+    for rep in 0..timer.warmup + timer.reps {
+        let current = model.take().expect("the model is put back every step");
+        sync();
+        let started = Instant::now();
+        let loss = current.forward_loss(batch());
+        sync();
+        let forward = started.elapsed();
+        let grads = loss.backward();
+        sync();
+        let backward = started.elapsed();
+        let grads = GradientsParams::from_grads(grads, &current);
+        let next = optimizer.step(1e-4, current, grads);
+        sync();
+        let whole_split = started.elapsed();
+        // The same step, unsplit.
+        sync();
+        let unsplit = Instant::now();
+        let grads = next.forward_loss(batch()).backward();
+        let grads = GradientsParams::from_grads(grads, &next);
+        let next = optimizer.step(1e-4, next, grads);
+        sync();
+        let unsplit = unsplit.elapsed();
+        if rep >= timer.warmup {
+            let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
+            samples[0].push(ms(forward));
+            samples[1].push(ms(backward - forward));
+            samples[2].push(ms(whole_split - backward));
+            samples[3].push(ms(unsplit));
+        }
+        model = Some(next);
+    }
+    for (name, samples) in
+        ["step.forward", "step.backward", "step.optimizer", "step"].into_iter().zip(samples.iter_mut())
+    {
+        parts.insert(name.into(), Timing { calls: 1, ms: median(samples), flops: None });
+    }
+}
+
+/// Runs PyTorch's parts at the same shapes and reads its JSON line.
+fn pytorch(python: &str, args: &Args, seq: usize, device: &str) -> Result<BTreeMap<String, Timing>, String> {
+    let parts: Vec<String> = args.parts.iter().map(|p| format!("{p:?}").to_lowercase()).collect();
+    let mut command = Command::new(python);
+    command.arg(&args.pytorch_script).args(["--preset", &args.preset]).args(["--batch", &args.batch.to_string()]);
+    command.args(["--seq", &seq.to_string(), "--pad-vocab", &args.pad_vocab.to_string()]);
+    command.args(["--parts", &parts.join(","), "--precision", &args.torch_precision]);
+    command.args(["--reps", &args.reps.to_string(), "--warmup", &args.warmup.to_string()]);
+    command.args(["--device", device]);
+    eprintln!("running {command:?}");
+    let output = command.stderr(std::process::Stdio::inherit()).output().map_err(|e| format!("{command:?}: {e}"))?;
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    if !output.status.success() {
+        return Err(format!("{command:?} failed ({}):\n{stdout}", output.status));
+    }
+    let last = stdout.lines().rfind(|l| l.trim_start().starts_with('{'));
+    let last = last.ok_or_else(|| format!("{command:?} printed no JSON:\n{stdout}"))?;
+    serde_json::from_str(last).map_err(|e| format!("{command:?}: {e}: {last}"))
+}
+
+fn report(
+    args: &Args,
+    config: &Gpt2Config,
+    seq: usize,
+    name: &str,
+    ours: &BTreeMap<String, Timing>,
+    torch: Option<&BTreeMap<String, Timing>>,
+) {
+    let mut ours = ours.clone();
+    let mut torch = torch.cloned();
+    for side in std::iter::once(&mut ours).chain(torch.as_mut()) {
+        let gemm: Vec<&Timing> = side.iter().filter(|(k, _)| k.starts_with("gemm.")).map(|(_, t)| t).collect();
+        if !gemm.is_empty() {
+            let ms = gemm.iter().map(|t| t.per_step()).sum();
+            let flops = gemm.iter().map(|t| t.calls as f64 * t.flops.unwrap_or(0.0)).sum();
+            side.insert("gemm".into(), Timing { calls: 1, ms, flops: Some(flops) });
+        }
+    }
+    println!(
+        "\n{} ({} parameters), batch {} × {seq}, GEMMs and attention in {:?}, step f32 with {} and {}; \
+         leanburn on {name}{}; median of {} runs after {} warm-up runs, ms per training step\n",
+        args.preset,
+        config.parameter_count(),
+        args.batch,
+        args.precision,
+        match args.attention {
+            leanburn::model::Gpt2Attention::Lean => "leanburn's attention",
+            leanburn::model::Gpt2Attention::Burn => "Burn's attention",
+        },
+        if args.loss_chunk > 0 { format!("loss chunks of {}", args.loss_chunk) } else { "the full logits".into() },
+        if torch.is_some() { format!(", PyTorch {}", args.torch_precision) } else { String::new() },
+        args.reps,
+        args.warmup,
+    );
+    println!("| part | calls per step | leanburn ms | leanburn TFLOP/s | PyTorch ms | PyTorch TFLOP/s | leanburn / PyTorch |");
+    println!("|---|---|---|---|---|---|---|");
+    let tflops = |t: &Timing| {
+        t.flops.map_or("–".into(), |f| match t.calls as f64 * f / t.per_step() / 1e9 {
+            rate if rate < 1.0 => format!("{rate:.3}"),
+            rate => format!("{rate:.1}"),
+        })
+    };
+    for (part, t) in &ours {
+        let theirs = torch.as_ref().and_then(|p| p.get(part));
+        println!(
+            "| {part} | {} | {:.2} | {} | {} | {} | {} |",
+            t.calls,
+            t.per_step(),
+            tflops(t),
+            theirs.map_or("–".into(), |p| format!("{:.2}", p.per_step())),
+            theirs.map_or("–".into(), tflops),
+            theirs.map_or("–".into(), |p| format!("{:.2}", t.per_step() / p.per_step())),
+        );
+    }
+}
