@@ -23,9 +23,10 @@ type Gpt2Backend = burn::backend::Autodiff<burn::backend::Wgpu>;
 /// intermediate results exist.
 type Unfused = Autodiff<burn_cubecl::CubeBackend<WgpuRuntime, f32, i32, u32>>;
 
-/// gpt2-tiny with a 1,024-token vocabulary. Every GPT-2 test of this binary uses it, at
-/// the batch shapes of the other tests where it can (4 × 32 here and in `hybrid`, 64 × 64
-/// in `checkpointing`): on a cold machine each new shape costs CubeCL matmul autotuning.
+/// gpt2-tiny with a 1,024-token vocabulary, the model `hybrid` and `checkpointing` train
+/// too; the tests here use their batch shapes where they can (4 × 32 as in `hybrid`,
+/// 64 × 64 as in `checkpointing`): on a cold machine each new shape costs CubeCL matmul
+/// autotuning.
 /// The master-weight test keeps 8 × 32: at 4 × 32 its first f16 step overflowed at the
 /// default loss scale.
 fn config() -> Gpt2Config {
