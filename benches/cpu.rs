@@ -26,8 +26,6 @@ use std::process::Command;
 use std::time::Instant;
 
 use burn::backend::{Autodiff, Flex, NdArray};
-use burn::optim::grad_clipping::GradientClippingConfig;
-use burn::optim::AdamWConfig;
 use clap::Parser;
 use leanburn::data::{Split, WindowSampler};
 use leanburn::memory::{format_bytes, host_memory};
@@ -200,8 +198,7 @@ where
     B::seed(&device, args.seed);
     let chunk = args.loss_chunks.first().copied().filter(|&c| c > 0);
     let model: Gpt2<B> = config.init::<B>(&device).with_loss_chunk(chunk);
-    let optimizer =
-        AdamWConfig::new().with_weight_decay(0.1).with_grad_clipping(Some(GradientClippingConfig::Norm(1.0))).init();
+    let optimizer = leanburn::optim::clipped_adamw(0.1, 1.0);
     let mut trainer = HybridTrainer::new(
         model,
         optimizer,

@@ -37,8 +37,7 @@ use std::collections::BTreeMap;
 use std::process::Command;
 use std::time::Instant;
 
-use burn::optim::grad_clipping::GradientClippingConfig;
-use burn::optim::{AdamWConfig, GradientsParams, Optimizer};
+use burn::optim::{GradientsParams, Optimizer};
 use burn::tensor::backend::Backend;
 use burn::tensor::module::attention;
 use burn::tensor::ops::AttentionModuleOptions;
@@ -67,8 +66,9 @@ struct Args {
     /// Round the vocabulary up to a multiple of this (64: 50,304 rows, leanburn's GPU default).
     #[arg(long, default_value_t = 64)]
     pad_vocab: usize,
-    /// Which parts to time.
-    #[arg(long, value_enum, value_delimiter = ',', default_value = "gemm,attention,step")]
+    /// Which parts to time, separated by commas or spaces (`benches/gpu_gpt2.sh` splits a
+    /// case's arguments at commas).
+    #[arg(long, value_enum, value_delimiter = ',', num_args = 1.., default_value = "gemm,attention,step")]
     parts: Vec<Part>,
     /// Float type of the GEMMs and the attention (the step runs f32).
     #[arg(long, value_enum, default_value_t = Precision::F32)]
@@ -185,10 +185,13 @@ impl BackendJob for Parts {
             let (q, k, v) = (random(), random(), random());
             let tracked = |t: &Tensor<B::InnerBackend, 4>| Tensor::<B, 4>::from_inner(t.clone()).require_grad();
             let lean = || lean_attention(tracked(&q), tracked(&k), tracked(&v), true).sum().backward();
-            parts.insert("attention".into(), timer.time::<B, _>(&device, config.layers, None, lean));
+            parts.insert("attention".into(), timer.time::<B, _>("attention", &device, config.layers, None, lean));
             let options = AttentionModuleOptions { is_causal: true, ..Default::default() };
             let burn = || attention(tracked(&q), tracked(&k), tracked(&v), None, None, options).sum().backward();
-            parts.insert("attention.burn".into(), timer.time::<B, _>(&device, config.layers, None, burn));
+            parts.insert(
+                "attention.burn".into(),
+                timer.time::<B, _>("attention.burn", &device, config.layers, None, burn),
+            );
         }
         if args.parts.contains(&Part::Step) {
             if args.precision != Precision::F32 {
@@ -211,6 +214,7 @@ struct Timer {
 impl Timer {
     fn time<B: Backend, R>(
         &self,
+        part: &str,
         device: &B::Device,
         calls: usize,
         flops: Option<f64>,
@@ -226,9 +230,24 @@ impl Timer {
             if rep >= self.warmup {
                 samples.push(started.elapsed().as_secs_f64() * 1e3);
             }
+            progress(part, rep, self, started);
         }
         Timing { calls, ms: median(&mut samples), flops }
     }
+}
+
+/// One line on stderr per run, stamped with the seconds since the Unix epoch: the first
+/// runs absorb compilation and autotuning, and a log read beside another program's shows
+/// whether their timed runs overlapped.
+fn progress(part: &str, rep: usize, timer: &Timer, started: Instant) {
+    let kind = if rep < timer.warmup { "warm-up" } else { "timed" };
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64());
+    eprintln!(
+        "[{now:.1}] {part}: {kind} run {} of {} took {:.2} ms",
+        rep + 1,
+        timer.warmup + timer.reps,
+        started.elapsed().as_secs_f64() * 1e3
+    );
 }
 
 fn median(samples: &mut [f64]) -> f64 {
@@ -258,7 +277,7 @@ fn gemms<B: Backend>(
             |shape: [usize; 2]| Tensor::<B, 2>::random(shape, Distribution::Normal(0.0, 1.0), device).cast(dtype);
         let (x, w, dy) = (random([m, k]), random([k, n]), random([m, n]));
         let flops = 6.0 * (m * k * n) as f64;
-        let timing = timer.time::<B, _>(device, calls, Some(flops), || {
+        let timing = timer.time::<B, _>(name, device, calls, Some(flops), || {
             let y = x.clone().matmul(w.clone());
             let dx = dy.clone().matmul(w.clone().transpose());
             let dw = x.clone().transpose().matmul(dy.clone());
@@ -280,8 +299,7 @@ fn step<B: TrainBackend>(
     let chunk = (args.loss_chunk > 0).then_some(args.loss_chunk);
     let mut model: Option<Gpt2<B>> =
         Some(config.init::<B>(device).with_loss_chunk(chunk).with_attention(args.attention));
-    let mut optimizer =
-        AdamWConfig::new().with_weight_decay(0.1).with_grad_clipping(Some(GradientClippingConfig::Norm(1.0))).init();
+    let mut optimizer = leanburn::optim::clipped_adamw(0.1, 1.0);
     // Token ids spread over the vocabulary (speed does not depend on which are fed).
     let ids: Vec<u32> = (0..args.batch * (seq + 1) * 4).map(|i| ((i * 7919 + 13) % config.vocab_size) as u32).collect();
     let mut sampler = WindowSampler::new(args.batch, seq, args.seed).expect("batch and seq checked above");
@@ -318,6 +336,7 @@ fn step<B: TrainBackend>(
             samples[2].push(ms(whole_split - backward));
             samples[3].push(ms(unsplit));
         }
+        progress("step", rep, timer, started);
         model = Some(next);
     }
     for (name, samples) in

@@ -16,7 +16,7 @@
 # LIMIT (seconds per precision, default 280), BACKEND (default cuda; `wgpu
 # --allow-software` runs the script itself on a machine without a GPU). Results under
 # $OUT (default ./gpu-out): conv-<dtype>.md (the tables), logs/conv-<dtype>.log (progress
-# and exit status), the kernel cache as cubecl-cache.tar.gz (benches/gpu_setup.sh).
+# and exit status), the kernel cache as cubecl-cache.tar.gz.part* (benches/gpu_setup.sh).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD

@@ -41,8 +41,8 @@
 # other kernels than one process alone would. logs/warm-PRECISION.log has each warm-up.
 #
 # The kernel cache, NVRTC's library path and the environment record come from
-# benches/gpu_setup.sh (restored from .gpu/cubecl-cache.tar.gz when that exists, written
-# back to $OUT/cubecl-cache.tar.gz, so a second session starts warm).
+# benches/gpu_setup.sh (restored from .gpu/cubecl-cache.tar.gz.part* when they exist,
+# written back to $OUT/cubecl-cache.tar.gz.part*, so a second session starts warm).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD

@@ -1,8 +1,8 @@
 # Sourced by the benches/gpu_*.sh scripts before they run anything on a CUDA machine.
 # Expects ROOT (the repository) and OUT (the results folder). Unpacks the gzipped files
 # staged in .gpu/, keeps CubeCL's compiled kernels and autotune results in one folder
-# (CACHE: restored from .gpu/cubecl-cache.tar when that exists, saved with
-# save_kernel_cache), writes a cubecl.toml pointing there into WORK (run the binaries
+# (CACHE: restored from .gpu/cubecl-cache.tar.gz.part* or .gpu/cubecl-cache.tar when they
+# exist, saved with save_kernel_cache), writes a cubecl.toml pointing there into WORK (run the binaries
 # from WORK), puts every folder holding NVRTC on the library path, and records the
 # machine in $OUT/logs/environment.txt.
 #
@@ -18,6 +18,9 @@ for packed in .gpu/*.gz; do
   [ -e "$packed" ] && gunzip -f "$packed"
 done
 [ -e .gpu/cubecl-cache.tar ] && tar -C "$CACHE" -xf .gpu/cubecl-cache.tar
+if compgen -G '.gpu/cubecl-cache.tar.gz.part*' >/dev/null; then
+  cat .gpu/cubecl-cache.tar.gz.part* | tar -C "$CACHE" -xzf -
+fi
 cat >"$WORK/cubecl.toml" <<TOML
 [compilation]
 cache = { file = "$CACHE" }
@@ -39,8 +42,12 @@ export LD_LIBRARY_PATH="${nvrtc_dirs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   python3 -c 'import torch; print("torch", torch.__version__)' 2>&1
 } | tee "$OUT/logs/environment.txt"
 
-# Packs the kernel cache into $OUT/cubecl-cache.tar.gz, so a later session starts warm.
+# Packs the kernel cache into $OUT/cubecl-cache.tar.gz.part00, part01, ... of 15 MiB each
+# (the device tool brings back files of up to 16 MiB, eight at most), so a later session
+# can carry them in .gpu/ and start warm. A cold gpt2-small step took longer than 330 s on
+# an H100 (docs/benchmarks.md), more than a session can spend twice.
 save_kernel_cache() {
   echo "cache: $(find "$CACHE" -type f | wc -l) files, $(du -sh "$CACHE" | cut -f1)"
-  tar -C "$CACHE" -czf "$OUT/cubecl-cache.tar.gz" .
+  tar -C "$CACHE" -czf - . | split -b 15m -d -a 2 - "$OUT/cubecl-cache.tar.gz.part"
+  ls -la "$OUT"/cubecl-cache.tar.gz.part*
 }

@@ -41,8 +41,6 @@
 use std::time::Instant;
 
 use burn::module::AutodiffModule;
-use burn::optim::grad_clipping::GradientClippingConfig;
-use burn::optim::AdamWConfig;
 use clap::Parser;
 use leanburn::data::{evaluation_windows, Corpus, Gpt2Tokenizer, HostBatch, Split, TokenDataset, WindowSampler};
 use leanburn::model::{Gpt2, Gpt2Config};
@@ -260,10 +258,7 @@ impl Bench {
         let args = &self.args;
         B::seed(device, seed);
         let model: Gpt2<B> = self.config.init(device);
-        let optimizer = AdamWConfig::new()
-            .with_weight_decay(0.1)
-            .with_grad_clipping(Some(GradientClippingConfig::Norm(1.0)))
-            .init();
+        let optimizer = leanburn::optim::clipped_adamw(0.1, 1.0);
         let lr = LrSchedule::WarmupCosine {
             peak: args.lr,
             warmup_steps: (steps / 10).max(1).min(steps),

@@ -24,8 +24,7 @@ use std::time::Instant;
 
 use burn::module::AutodiffModule;
 use burn::optim::adaptor::OptimizerAdaptor;
-use burn::optim::grad_clipping::GradientClippingConfig;
-use burn::optim::{AdamW, AdamWConfig};
+use burn::optim::AdamW;
 use clap::parser::ValueSource;
 use clap::{ArgMatches, CommandFactory, Parser};
 use common::{
@@ -38,6 +37,7 @@ use leanburn::data::{
 };
 use leanburn::memory::format_bytes;
 use leanburn::model::{Gpt2, Gpt2Attention, Gpt2Config, Gpt2MemoryEstimate, Gpt2PoolReserve, PoolPages, GPT2_PRESETS};
+use leanburn::optim::{clipped_adamw, GlobalNormClipping};
 use leanburn::runner::{CorpusCheck, RunDir, RunOutcome, Validation};
 use leanburn::select::{
     device_memory, largest_pool_page, select, BackendArgs, BackendJob, BackendKind, Chosen, Selection, TrainBackend,
@@ -353,9 +353,10 @@ fn check_memory(
     }
 }
 
-/// AdamW with weight decay 0.1 and the gradient norm clipped at 1.
-fn optimizer<B: TrainBackend>() -> OptimizerAdaptor<AdamW, Gpt2<B>, B> {
-    AdamWConfig::new().with_weight_decay(0.1).with_grad_clipping(Some(GradientClippingConfig::Norm(1.0))).init()
+/// AdamW with weight decay 0.1, the gradients clipped to a global norm of 1 (as PyTorch's
+/// `clip_grad_norm_`).
+fn optimizer<B: TrainBackend>() -> GlobalNormClipping<OptimizerAdaptor<AdamW, Gpt2<B>, B>> {
+    clipped_adamw(0.1, 1.0)
 }
 
 /// The `--warm-cache` job: one training step and one evaluation step per precision, on

@@ -4,6 +4,8 @@
 //! - [`init`]: eager parameter initialisation (`materialize`), so that clones share weights.
 //! - [`memory`]: read device memory every step, track the peak, detect leaks, trim the pool.
 //! - [`model`]: small reference models used by the examples and the memory tests.
+//! - [`optim`]: gradient clipping by the global norm around any Burn optimizer; AdamW as
+//!   GPT-2 is trained elsewhere.
 //! - [`runner`]: the run loop around the trainer: run directory, resume, validation and
 //!   checkpoint cadence, one memory monitor, events for a caller to render.
 //! - [`strategy`]: the trainer inside burn-train's `SupervisedTraining` (dashboard, metrics,
@@ -16,6 +18,7 @@ pub mod data;
 pub mod init;
 pub mod memory;
 pub mod model;
+pub mod optim;
 pub mod runner;
 pub mod select;
 pub mod strategy;

@@ -28,11 +28,13 @@ use crate::memory::{MemoryProbe, MemorySample};
 pub mod attention;
 mod budget;
 pub mod conv;
+mod gelu;
 mod ops;
 
 pub use attention::{lean_attention, AttentionOps};
 pub use budget::{ConvBudget, InvalidBudget};
 pub use conv::{conv2d_plan, conv_transpose2d_plan, ChunkedConv, ConvPlan};
+pub use gelu::{exact_gelu, gelu_derivative, GeluOps};
 
 /// A backend that forwards every op to `B`: the base leanburn replaces ops on.
 ///
@@ -146,3 +148,10 @@ impl<B: MemoryProbe + ChunkedConv> MemoryProbe for Lean<B> {
         B::pool_reader(device)
     }
 }
+
+/// What leanburn's transformer models need of a backend beyond Burn's ops: attention whose
+/// backward keeps no scores, and GELU with its exact derivative. Every backend leanburn
+/// runs (Flex, ndarray, CubeCL, Fusion, `Lean`) and `Autodiff` over them has both.
+pub trait TransformerOps: AttentionOps + GeluOps {}
+
+impl<B: AttentionOps + GeluOps> TransformerOps for B {}

@@ -16,12 +16,10 @@
 //! steps free each chunk's logits, and training steps use the fused loss of
 //! [`lm_head_loss`](super::lm_head_loss), which also keeps none for the backward pass.
 
-use crate::backend::{lean_attention, AttentionOps};
+use crate::backend::{exact_gelu, lean_attention, TransformerOps};
 use burn::module::{Initializer, Module};
 use burn::nn::loss::CrossEntropyLossConfig;
-use burn::nn::{
-    Dropout, DropoutConfig, Embedding, EmbeddingConfig, Gelu, LayerNorm, LayerNormConfig, Linear, LinearConfig,
-};
+use burn::nn::{Dropout, DropoutConfig, Embedding, EmbeddingConfig, LayerNorm, LayerNormConfig, Linear, LinearConfig};
 use burn::prelude::*;
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::module::attention;
@@ -191,8 +189,8 @@ impl Gpt2Config {
                 mlp: Mlp {
                     expand: linear(d, 4 * d, INIT_STD),
                     project: linear(4 * d, d, residual_std),
-                    activation: Gelu::new(),
                     dropout: dropout(),
+                    burn_gelu: false,
                 },
             })
             .collect();
@@ -263,11 +261,13 @@ pub enum Gpt2Attention {
 struct Mlp<B: Backend> {
     expand: Linear<B>,
     project: Linear<B>,
-    activation: Gelu,
     dropout: Dropout,
+    /// Burn's `gelu` op instead of [`exact_gelu`]: the parity test's control only (on
+    /// CubeCL and ndarray its backward is the tanh approximation's derivative).
+    burn_gelu: bool,
 }
 
-impl<B: AttentionOps> CausalSelfAttention<B> {
+impl<B: TransformerOps> CausalSelfAttention<B> {
     /// `[batch · seq, d]` → `[batch · seq, d]`, each position seeing itself and earlier ones
     /// of its own sequence (rows `b · seq .. (b + 1) · seq` are sequence `b`).
     fn forward(&self, x: Tensor<B, 2>, [batch, seq]: [usize; 2]) -> Tensor<B, 2> {
@@ -286,14 +286,15 @@ impl<B: AttentionOps> CausalSelfAttention<B> {
     }
 }
 
-impl<B: Backend> Mlp<B> {
+impl<B: TransformerOps> Mlp<B> {
     fn forward(&self, x: Tensor<B, 2>) -> Tensor<B, 2> {
-        let x = self.activation.forward(self.expand.forward(x));
+        let x = self.expand.forward(x);
+        let x = if self.burn_gelu { burn::tensor::activation::gelu(x) } else { exact_gelu(x) };
         self.dropout.forward(self.project.forward(x))
     }
 }
 
-impl<B: AttentionOps> Block<B> {
+impl<B: TransformerOps> Block<B> {
     /// Token rows `[batch · seq, d]`: every layer but attention treats tokens one by one, so
     /// the linear layers multiply one `[batch · seq, d_in]` matrix (a single GEMM for each
     /// gradient too, where `[batch, seq, d_in]` inputs make Burn's weight gradient `batch`
@@ -304,7 +305,7 @@ impl<B: AttentionOps> Block<B> {
     }
 }
 
-impl<B: AttentionOps> Gpt2<B> {
+impl<B: TransformerOps> Gpt2<B> {
     /// Token ids `[batch, seq]` → final hidden states `[batch, seq, d_model]`.
     ///
     /// # Panics
@@ -357,6 +358,17 @@ impl<B: AttentionOps> Gpt2<B> {
     pub fn with_attention(mut self, kind: Gpt2Attention) -> Self {
         for block in &mut self.blocks {
             block.attention.lean = kind == Gpt2Attention::Lean;
+        }
+        self
+    }
+
+    /// Burn's `gelu` op in every MLP instead of the exact GELU with its exact derivative:
+    /// only for showing that `tests/gpt2_parity.rs` catches Burn 0.21's tanh-approximation
+    /// derivative (on CubeCL and ndarray).
+    #[doc(hidden)]
+    pub fn with_burn_gelu(mut self) -> Self {
+        for block in &mut self.blocks {
+            block.mlp.burn_gelu = true;
         }
         self
     }
@@ -445,7 +457,7 @@ fn flatten_tokens<B: Backend>(hidden: Tensor<B, 3>, targets: Tensor<B, 2, Int>) 
 /// Forward + backward on a token batch, for `HybridTrainer` and Burn's learners.
 /// The mean next-token loss (the fused chunked LM head with `loss_chunk`), for the
 /// trainer's mixed-precision steps; [`TrainStep`] back-propagates the same loss.
-impl<B: AutodiffBackend + AttentionOps> ForwardLoss<B> for Gpt2<B> {
+impl<B: AutodiffBackend + TransformerOps> ForwardLoss<B> for Gpt2<B> {
     type Input = TokenBatch<B>;
 
     fn forward_loss(&self, batch: TokenBatch<B>) -> Tensor<B, 1> {
@@ -459,7 +471,7 @@ impl<B: AutodiffBackend + AttentionOps> ForwardLoss<B> for Gpt2<B> {
     }
 }
 
-impl<B: AutodiffBackend + AttentionOps> TrainStep for Gpt2<B> {
+impl<B: AutodiffBackend + TransformerOps> TrainStep for Gpt2<B> {
     type Input = TokenBatch<B>;
     type Output = LanguageModelOutput<B>;
 
@@ -472,7 +484,7 @@ impl<B: AutodiffBackend + AttentionOps> TrainStep for Gpt2<B> {
 }
 
 /// Forward only, on any backend (predict and evaluation steps run it on the inner one).
-impl<B: AttentionOps> InferenceStep for Gpt2<B> {
+impl<B: TransformerOps> InferenceStep for Gpt2<B> {
     type Input = TokenBatch<B>;
     type Output = LanguageModelOutput<B>;
 

@@ -6,18 +6,21 @@ use burn::backend::{Autodiff, Flex, Wgpu};
 use burn::tensor::backend::AutodiffBackend;
 
 use super::{Chosen, Selection};
-use crate::backend::{AttentionOps, Lean};
+use crate::backend::{Lean, TransformerOps};
 use crate::memory::MemoryProbe;
 
 /// A backend leanburn can train on: autodiff, with memory telemetry on both the autodiff
 /// backend and its inner backend (where predict and evaluation forwards run), and
-/// leanburn's attention on both.
-pub trait TrainBackend: AutodiffBackend<InnerBackend: MemoryProbe + AttentionOps> + MemoryProbe + AttentionOps {}
+/// leanburn's attention and exact GELU on both.
+pub trait TrainBackend:
+    AutodiffBackend<InnerBackend: MemoryProbe + TransformerOps> + MemoryProbe + TransformerOps
+{
+}
 
 impl<B> TrainBackend for B
 where
-    B: AutodiffBackend + MemoryProbe + AttentionOps,
-    B::InnerBackend: MemoryProbe + AttentionOps,
+    B: AutodiffBackend + MemoryProbe + TransformerOps,
+    B::InnerBackend: MemoryProbe + TransformerOps,
 {
 }
 

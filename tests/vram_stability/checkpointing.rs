@@ -39,7 +39,7 @@ impl<B: AutodiffBackend> ModuleMapper<B> for Trainable {
 /// the start by exactly the gradient).
 fn one_step<B>(start: &Gpt2<Wgpu>, batch: &HostBatch, device: &Device) -> (u64, Vec<Vec<f32>>)
 where
-    B: AutodiffBackend<InnerBackend = Wgpu> + leanburn::backend::AttentionOps,
+    B: AutodiffBackend<InnerBackend = Wgpu> + leanburn::backend::TransformerOps,
 {
     let model = Gpt2::<B>::from_inner(start.clone()).map(&mut Trainable);
     let batch = batch.to_device::<Wgpu>(device);

@@ -1,0 +1,71 @@
+//! GELU with its exact derivative on every backend.
+//!
+//! Burn 0.21's default `gelu` is the exact erf form, `x·Φ(x)`, but its default
+//! `gelu_backward` (`burn-backend`'s `ActivationOps`) is the derivative of the *tanh
+//! approximation*. Flex overrides both exactly; the CubeCL backends (CUDA, wgpu, fused or
+//! not) and ndarray keep the defaults, so under `Autodiff` they train on gradients of a
+//! function they do not compute (off by up to about 1e-3 per element;
+//! `tests/gelu_derivative.rs` measures it against finite differences).
+//!
+//! [`GeluOps::exact_gelu`] is the exact GELU whose autodiff backward is the exact
+//! derivative, `Φ(x) + x·φ(x)`, on every backend: [`exact_gelu`] in a model instead of
+//! `burn::nn::Gelu` (leanburn's GPT-2 does). `Lean<B>`'s own `gelu_backward` is the exact one
+//! as well, so Burn's `Gelu` is exact on `Autodiff<Lean<B>>`.
+
+mod autodiff;
+
+use burn::backend::{Flex, NdArray};
+use burn::tensor::{Tensor, TensorPrimitive};
+use burn_backend::tensor::FloatTensor;
+use burn_backend::Backend;
+use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElement};
+use burn_fusion::{Fusion, FusionBackend};
+
+use super::conv::ChunkedConv;
+use super::Lean;
+
+/// 1/√2.
+const FRAC_1_SQRT_2: f64 = std::f64::consts::FRAC_1_SQRT_2;
+/// 1/√(2π), the standard normal density at 0.
+const FRAC_1_SQRT_2PI: f64 = 0.398_942_280_401_432_7;
+
+/// A backend whose GELU trains with the exact derivative; see the [module docs](self).
+pub trait GeluOps: Backend {
+    /// GELU, `x·Φ(x)` with `Φ` the standard normal CDF (the erf form). Without autodiff it
+    /// is the backend's own `gelu`; under `Autodiff` its backward is [`gelu_derivative`]'s.
+    fn exact_gelu(x: FloatTensor<Self>) -> FloatTensor<Self> {
+        Self::gelu(x)
+    }
+}
+
+impl GeluOps for Flex {}
+
+impl GeluOps for NdArray {}
+
+impl<B: FusionBackend> GeluOps for Fusion<B> {}
+
+impl<R, F, I, BT> GeluOps for CubeBackend<R, F, I, BT>
+where
+    R: CubeRuntime,
+    F: FloatElement,
+    I: IntElement,
+    BT: BoolElement,
+{
+}
+
+impl<B: ChunkedConv> GeluOps for Lean<B> {}
+
+/// [`GeluOps::exact_gelu`] on tensors of any rank.
+pub fn exact_gelu<B: GeluOps, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> {
+    Tensor::from_primitive(TensorPrimitive::Float(B::exact_gelu(x.into_primitive().tensor())))
+}
+
+/// `grad · (Φ(x) + x·φ(x))`: the gradient through GELU at `x`, exactly, composed of `B`'s
+/// element-wise ops (one fused kernel on Burn's fusion stacks).
+pub fn gelu_derivative<B: Backend>(x: FloatTensor<B>, grad: FloatTensor<B>) -> FloatTensor<B> {
+    let cdf = B::float_erf(B::float_mul_scalar(x.clone(), FRAC_1_SQRT_2.into()));
+    let cdf = B::float_mul_scalar(B::float_add_scalar(cdf, 1.0.into()), 0.5.into());
+    let pdf = B::float_exp(B::float_mul_scalar(B::float_mul(x.clone(), x.clone()), (-0.5).into()));
+    let x_pdf = B::float_mul(x, B::float_mul_scalar(pdf, FRAC_1_SQRT_2PI.into()));
+    B::float_mul(grad, B::float_add(cdf, x_pdf))
+}

@@ -1,0 +1,158 @@
+//! Gradient clipping by the global norm, as PyTorch's `clip_grad_norm_`, GPT-2, nanoGPT and
+//! llm.c clip: one norm over every parameter's gradient, one scale for all of them.
+//!
+//! Burn 0.21's `GradientClippingConfig::Norm(c)` clips each parameter tensor by its own norm
+//! (`burn-optim`'s `clip_by_norm`, called per tensor by `OptimizerAdaptor`): every tensor may
+//! keep a norm of up to `c`, so a model of `n` tensors is clipped at up to `c·√n` in all, and
+//! the update's direction changes wherever one tensor is clipped and another is not. A run
+//! configured as "AdamW, clipped at 1" then takes other steps than the same run in PyTorch
+//! (`tests/gpt2_parity.rs` measures it). [`GlobalNormClipping`] wraps any Burn optimizer
+//! (give it one without its own clipping) and scales all gradients by
+//! `min(1, max_norm / (‖g‖ + 1e-6))` before that optimizer sees them.
+//!
+//! Nothing is read back to the host: the norm and the scale stay on the device, so a step
+//! that clips costs one reduction and one multiplication per parameter tensor.
+
+use burn::module::{AutodiffModule, ModuleVisitor, Param, ParamId};
+use burn::optim::LearningRate;
+use burn::optim::{GradientsParams, MultiGradientsParams, Optimizer};
+use burn::tensor::backend::{AutodiffBackend, Backend};
+use burn::tensor::Tensor;
+
+/// PyTorch's `clip_grad_norm_` guard against a zero norm.
+const NORM_EPSILON: f64 = 1e-6;
+
+/// A Burn [`Optimizer`] whose gradients are first clipped by their global norm; see the
+/// [module docs](self).
+#[derive(Clone, Debug)]
+pub struct GlobalNormClipping<O> {
+    inner: O,
+    max_norm: f64,
+}
+
+impl<O> GlobalNormClipping<O> {
+    /// Clips at `max_norm` (PyTorch's `max_norm`) before `inner` steps. A `max_norm` that is
+    /// not positive and finite clips nothing.
+    pub fn new(inner: O, max_norm: f64) -> Self {
+        Self { inner, max_norm }
+    }
+
+    /// The norm the gradients are clipped to.
+    pub fn max_norm(&self) -> f64 {
+        self.max_norm
+    }
+
+    /// The wrapped optimizer.
+    pub fn inner(&self) -> &O {
+        &self.inner
+    }
+}
+
+impl<M, B, O> Optimizer<M, B> for GlobalNormClipping<O>
+where
+    M: AutodiffModule<B>,
+    B: AutodiffBackend,
+    O: Optimizer<M, B>,
+{
+    type Record = O::Record;
+
+    fn step(&mut self, lr: LearningRate, module: M, grads: GradientsParams) -> M {
+        let grads = clip_by_global_norm::<B, M>(&module, grads, self.max_norm);
+        self.inner.step(lr, module, grads)
+    }
+
+    fn step_multi(&mut self, lr: LearningRate, module: M, grads: MultiGradientsParams) -> M {
+        // One gradient per parameter, summed over the devices onto the parameter's own.
+        let mut merged = Merge { multi: grads, merged: GradientsParams::new() };
+        module.visit(&mut merged);
+        self.step(lr, module, merged.merged)
+    }
+
+    fn to_record(&self) -> Self::Record {
+        self.inner.to_record()
+    }
+
+    fn load_record(self, record: Self::Record) -> Self {
+        Self { inner: self.inner.load_record(record), max_norm: self.max_norm }
+    }
+}
+
+/// Scales every gradient of `module`'s parameters in `grads` by
+/// `min(1, max_norm / (‖g‖₂ + 1e-6))`, `‖g‖₂` the norm of all of them together (PyTorch's
+/// `clip_grad_norm_`). Gradients of parameters that are not `module`'s are left alone.
+pub fn clip_by_global_norm<B: AutodiffBackend, M: AutodiffModule<B>>(
+    module: &M,
+    grads: GradientsParams,
+    max_norm: f64,
+) -> GradientsParams {
+    if !(max_norm.is_finite() && max_norm > 0.0) {
+        return grads;
+    }
+    let mut squares = SumOfSquares::<B::InnerBackend> { grads: &grads, sum: None, ids: Vec::new() };
+    module.visit(&mut squares);
+    let Some(sum) = squares.sum else { return grads };
+    let scale = sum.sqrt().add_scalar(NORM_EPSILON).recip().mul_scalar(max_norm).clamp_max(1.0);
+    let mut scaled = Scale { grads, scale, ids: Vec::new() };
+    module.visit(&mut scaled);
+    scaled.grads
+}
+
+/// Σ‖g‖² over the module's parameters that have a gradient, as a `[1]` tensor (in f32,
+/// whatever the gradients' type), each parameter counted once.
+struct SumOfSquares<'a, B: Backend> {
+    grads: &'a GradientsParams,
+    sum: Option<Tensor<B, 1>>,
+    ids: Vec<ParamId>,
+}
+
+impl<AB: AutodiffBackend> ModuleVisitor<AB> for SumOfSquares<'_, AB::InnerBackend> {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<AB, D>>) {
+        if self.ids.contains(&param.id) {
+            return;
+        }
+        self.ids.push(param.id);
+        if let Some(grad) = self.grads.get::<AB::InnerBackend, D>(param.id) {
+            let squares = grad.cast(burn::tensor::FloatDType::F32).square().sum();
+            self.sum = Some(match self.sum.take() {
+                Some(sum) => sum + squares,
+                None => squares,
+            });
+        }
+    }
+}
+
+/// Multiplies each of the module's gradients by `scale` (`[1]`), once per parameter (a
+/// parameter visited twice, as a tied weight may be, is scaled once).
+struct Scale<B: Backend> {
+    grads: GradientsParams,
+    scale: Tensor<B, 1>,
+    ids: Vec<ParamId>,
+}
+
+impl<AB: AutodiffBackend> ModuleVisitor<AB> for Scale<AB::InnerBackend> {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<AB, D>>) {
+        if self.ids.contains(&param.id) {
+            return;
+        }
+        if let Some(grad) = self.grads.remove::<AB::InnerBackend, D>(param.id) {
+            let scale = self.scale.clone().cast(grad.dtype()).reshape([1; D]);
+            self.grads.register::<AB::InnerBackend, D>(param.id, grad * scale);
+            self.ids.push(param.id);
+        }
+    }
+}
+
+/// Sums a multi-device gradient of each parameter onto the parameter's device.
+struct Merge {
+    multi: MultiGradientsParams,
+    merged: GradientsParams,
+}
+
+impl<AB: AutodiffBackend> ModuleVisitor<AB> for Merge {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<AB, D>>) {
+        if let Some((grad, _)) = self.multi.remove::<AB::InnerBackend, D>(param.id) {
+            let device = param.val().device();
+            self.merged.register::<AB::InnerBackend, D>(param.id, grad.to_device(&device));
+        }
+    }
+}
