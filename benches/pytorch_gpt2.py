@@ -4,7 +4,7 @@ compared against, on a GPU and on the CPU (`--device cpu`; docs/benchmarks.md).
 
 Same model as `src/model/gpt2.rs` (pre-LayerNorm blocks, fused QKV, 4x GELU MLP, tied LM
 head, N(0, 0.02) init, residual projections N(0, 0.02/sqrt(2 layers)), no dropout), same
-optimizer (AdamW, betas 0.9/0.999, eps 1e-5 -- Burn's AdamW defaults --, weight decay 0.1,
+optimizer (AdamW, betas 0.9/0.999, eps 1e-8 -- leanburn's clipped_adamw --, weight decay 0.1,
 gradient norm clipped at 1, linear warmup over 10% of the steps then cosine decay to a
 tenth), same shapes, the loss read back to the host every step as the example does by
 default. Reports tokens/s over the steps after `--skip` and the allocator's peaks (on the
@@ -173,7 +173,7 @@ def main():
         sys.exit(f"--pad-vocab must be at least 1, got {a.pad_vocab}")
     model = Gpt2(layers, d, heads, context, a.attention, a.pad_vocab).to(dev)
     params = sum(q.numel() for q in model.parameters())
-    opt = torch.optim.AdamW(model.parameters(), lr=a.lr, betas=(0.9, 0.999), eps=1e-5, weight_decay=0.1)
+    opt = torch.optim.AdamW(model.parameters(), lr=a.lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.1)
     warmup = max(1, a.steps // 10)
 
     def lr_at(step):

@@ -92,7 +92,7 @@ def main():
         del q, k, v
     if "step" in parts:
         model = Gpt2(layers, d, heads, context, "sdpa", a.pad_vocab).to(dev)
-        opt = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.999), eps=1e-5, weight_decay=0.1)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.1)
         ids = (torch.arange(a.batch * (seq + 1), device=dev) * 7919 + 13) % VOCAB
         windows = ids.view(a.batch, seq + 1)
         x, y = windows[:, :-1], windows[:, 1:]

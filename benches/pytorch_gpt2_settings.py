@@ -3,11 +3,12 @@
 `benches/pytorch_gpt2.py` (leanburn's GPT-2, written in PyTorch) trained on one corpus with
 one setting changed at a time, several seeds, the validation loss at chosen steps.
 
-Settings (each run changes one from the baseline, which is leanburn's GPT-2 example: AdamW
-with Burn's epsilon 1e-5, weight decay 0.1 on every parameter, the gradient norm clipped
-globally at 1, linear warmup over a tenth of the steps then cosine decay to a tenth):
+Settings (each run changes one from the baseline, which is leanburn's GPT-2 example before
+2026-11-26, later: AdamW with Burn's epsilon 1e-5, weight decay 0.1 on every parameter, the
+gradient norm clipped globally at 1, linear warmup over a tenth of the steps then cosine
+decay to a tenth):
 
-- `eps8`: AdamW's epsilon 1e-8, PyTorch's and nanoGPT's default;
+- `eps8`: AdamW's epsilon 1e-8, PyTorch's and nanoGPT's default (leanburn's since);
 - `per-tensor-clip`: each parameter's gradient clipped to norm 1 on its own (Burn 0.21's
   `GradientClippingConfig::Norm`, which leanburn used before `GlobalNormClipping`);
 - `decay-2d`: weight decay on the matrices and embeddings only (nanoGPT's groups).
