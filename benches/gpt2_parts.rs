@@ -24,6 +24,11 @@
 //!   step of the model with the device synced between the three; `step` the same step
 //!   without those syncs. f32 only (`--precision bf16` times the GEMMs and the attention).
 //!
+//! - `kernels` (CubeCL backends): the kernels one full step launches (forward, backward,
+//!   AdamW), counted from CubeCL's execution log after `--warmup` steps, the median of
+//!   `--reps` steps, and the most frequent kernels. Not timed: the log is written on every
+//!   launch.
+//!
 //! `--pytorch PYTHON` runs `benches/pytorch_gpt2_parts.py` with the same shapes after
 //! leanburn's parts (`--torch-precision`: `tf32` is the fair match for CubeCL's f32 matmuls
 //! on CUDA, which take TF32; `bf16` for `--precision bf16`) and adds its column and the
@@ -32,6 +37,8 @@
 /// The examples' allocator and its settings, so that the bench measures what they run.
 #[path = "../examples/common/allocator.rs"]
 mod allocator;
+#[path = "gpt2_parts/kernels.rs"]
+mod kernels;
 
 use std::collections::BTreeMap;
 use std::process::Command;
@@ -41,7 +48,7 @@ use burn::optim::{GradientsParams, Optimizer};
 use burn::tensor::backend::Backend;
 use burn::tensor::module::attention;
 use burn::tensor::ops::AttentionModuleOptions;
-use burn::tensor::{Distribution, FloatDType, Tensor};
+use burn::tensor::{Distribution, ElementConversion, FloatDType, Tensor};
 use clap::{Parser, ValueEnum};
 use leanburn::backend::lean_attention;
 use leanburn::data::{Split, WindowSampler};
@@ -104,6 +111,8 @@ enum Part {
     Gemm,
     Attention,
     Step,
+    /// Kernels launched per full step (CubeCL backends): CubeCL's execution log, counted.
+    Kernels,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -132,6 +141,9 @@ impl Timing {
 fn main() {
     allocator::keep_freed_memory();
     let args = Args::parse();
+    if args.parts.contains(&Part::Kernels) {
+        kernels::log_executions();
+    }
     if let Err(message) = run(&args) {
         eprintln!("error: {message}");
         std::process::exit(1);
@@ -147,7 +159,8 @@ fn run(args: &Args) -> Result<(), String> {
     let selection = select(&args.backend).map_err(|e| e.to_string())?;
     eprintln!("{selection}");
     let name = selection.kind().to_string();
-    let ours = selection.run(Parts { args: args.clone(), config: config.clone(), seq })?;
+    let cubecl = selection.kind() != BackendKind::Cpu;
+    let ours = selection.run(Parts { args: args.clone(), config: config.clone(), seq, cubecl })?;
     let device = if selection.kind() == BackendKind::Cpu { "cpu" } else { "cuda" };
     let torch = match &args.pytorch {
         Some(python) => Some(pytorch(python, args, seq, device)?),
@@ -161,13 +174,15 @@ struct Parts {
     args: Args,
     config: Gpt2Config,
     seq: usize,
+    /// Whether the backend is a CubeCL one (it launches kernels to count).
+    cubecl: bool,
 }
 
 impl BackendJob for Parts {
     type Output = Result<BTreeMap<String, Timing>, String>;
 
     fn run<B: TrainBackend>(self, device: B::Device) -> Self::Output {
-        let Parts { args, config, seq } = self;
+        let Parts { args, config, seq, cubecl } = self;
         B::seed(&device, args.seed);
         let dtype = match args.precision {
             Precision::F32 => FloatDType::F32,
@@ -188,6 +203,33 @@ impl BackendJob for Parts {
             parts.insert("attention".into(), timer.time::<B, _>("attention", &device, config.layers, None, lean));
             let options = AttentionModuleOptions { is_causal: true, ..Default::default() };
             let burn = || attention(tracked(&q), tracked(&k), tracked(&v), None, None, options).sum().backward();
+            // Before timing: leanburn's output and gradients against Burn's, once (a wrong
+            // kernel on a new device shows here, not only in a slow or fast row).
+            let weight = random();
+            let results = |lean: bool| {
+                let (q, k, v) = (tracked(&q), tracked(&k), tracked(&v));
+                let out = if lean {
+                    lean_attention(q.clone(), k.clone(), v.clone(), true)
+                } else {
+                    attention(q.clone(), k.clone(), v.clone(), None, None, options)
+                };
+                let grads = (out.clone() * Tensor::<B, 4>::from_inner(weight.clone())).sum().backward();
+                let grad = |t: &Tensor<B, 4>| t.grad(&grads).expect("a gradient");
+                [out.inner(), grad(&q), grad(&k), grad(&v)]
+            };
+            let (ours, burns) = (results(true), results(false));
+            let errors: Vec<String> = ["output", "dq", "dk", "dv"]
+                .iter()
+                .zip(ours.into_iter().zip(burns))
+                .map(|(name, (a, b))| {
+                    let scale = b.clone().abs().max().into_scalar().elem::<f64>().max(f64::MIN_POSITIVE);
+                    format!("{name} {:.1e}", (a - b).abs().max().into_scalar().elem::<f64>() / scale)
+                })
+                .collect();
+            eprintln!(
+                "attention, leanburn's against Burn's (largest difference over largest value): {}",
+                errors.join(", ")
+            );
             parts.insert(
                 "attention.burn".into(),
                 timer.time::<B, _>("attention.burn", &device, config.layers, None, burn),
@@ -198,6 +240,13 @@ impl BackendJob for Parts {
                 eprintln!("note: the step parts run f32 only; skipped at {:?}", args.precision);
             } else {
                 step::<B>(&args, &config, seq, &timer, &device, &mut parts);
+            }
+        }
+        if args.parts.contains(&Part::Kernels) {
+            if cubecl {
+                kernels::count::<B>(&args, &config, seq, &device);
+            } else {
+                eprintln!("note: the CPU backend launches no kernels to count; `kernels` skipped");
             }
         }
         Ok(parts)
@@ -348,7 +397,8 @@ fn step<B: TrainBackend>(
 
 /// Runs PyTorch's parts at the same shapes and reads its JSON line.
 fn pytorch(python: &str, args: &Args, seq: usize, device: &str) -> Result<BTreeMap<String, Timing>, String> {
-    let parts: Vec<String> = args.parts.iter().map(|p| format!("{p:?}").to_lowercase()).collect();
+    let parts: Vec<String> =
+        args.parts.iter().filter(|p| **p != Part::Kernels).map(|p| format!("{p:?}").to_lowercase()).collect();
     let mut command = Command::new(python);
     command.arg(&args.pytorch_script).args(["--preset", &args.preset]).args(["--batch", &args.batch.to_string()]);
     command.args(["--seq", &seq.to_string(), "--pad-vocab", &args.pad_vocab.to_string()]);

@@ -5,9 +5,10 @@
 //! backward of causal attention on tracked q, k, v, after a trim (the pool keeps pages, so
 //! the rise is the step's high-water mark rounded up to pages). Burn's own `attention`
 //! under autodiff is the control: it keeps the scores and the softmax for the backward
-//! pass (each `[1, 2, 2048, 2048]` f32 tensor is 32 MiB). leanburn's workspace is set to 8 MiB,
-//! so its causal blocks are 27 to 512 query rows (at most 262,144 scores per head), which
-//! the measurement must see.
+//! pass (each `[1, 2, 2048, 2048]` f32 tensor is 32 MiB). leanburn's runs its fused kernels
+//! at head dimension 16 (no score buffer at all), and its composed blocks at head dimension
+//! 18, which the kernels do not take (a multiple of 4 is needed), over 1,024 tokens (8 MiB
+//! per score tensor; llvmpipe took minutes over 2,048) in a 2 MiB workspace.
 
 mod common;
 
@@ -28,18 +29,22 @@ type B = Autodiff<CubeBackend<WgpuRuntime, f32, i32, u32>>;
 
 const HEADS: usize = 2;
 const SEQ: usize = 2048;
-const HEAD_DIM: usize = 16;
+/// The fused kernels' head dimension and the composed path's.
+const KERNEL_HEAD_DIM: usize = 16;
+const COMPOSED_HEAD_DIM: usize = 18;
+/// The composed blocks' sequence length and workspace.
+const COMPOSED_SEQ: usize = 1024;
 const MIB: u64 = 1 << 20;
-const WORKSPACE: usize = 8 << 20;
+const WORKSPACE: usize = 2 << 20;
 
-fn scores_bytes() -> u64 {
-    (HEADS * SEQ * SEQ * 4) as u64
+fn scores_bytes(seq: usize) -> u64 {
+    (HEADS * seq * seq * 4) as u64
 }
 
 /// The reserve's rise over one forward + backward, gradients kept alive until read.
-fn step_rise(device: &WgpuDevice, lean: bool) -> u64 {
+fn step_rise(device: &WgpuDevice, [seq, head_dim]: [usize; 2], lean: bool) -> u64 {
     let normal = Distribution::Normal(0.0, 1.0);
-    let input = || Tensor::<B, 4>::random([1, HEADS, SEQ, HEAD_DIM], normal, device).require_grad();
+    let input = || Tensor::<B, 4>::random([1, HEADS, seq, head_dim], normal, device).require_grad();
     let (query, key, value) = (input(), input(), input());
     B::sync(device).expect("sync");
     B::release_unused(device);
@@ -63,21 +68,30 @@ fn lean_attention_never_reserves_the_scores() {
     let device = common::wgpu_device();
     set_attention_workspace(WORKSPACE);
     // Warm the kernels (compilation allocates too), then measure each.
-    step_rise(&device, true);
-    step_rise(&device, false);
-    let burn = step_rise(&device, false);
-    let lean = step_rise(&device, true);
+    let (kernel, composed) = ([SEQ, KERNEL_HEAD_DIM], [COMPOSED_SEQ, COMPOSED_HEAD_DIM]);
+    step_rise(&device, kernel, true);
+    step_rise(&device, composed, true);
+    step_rise(&device, kernel, false);
+    let burn = step_rise(&device, kernel, false);
+    let kernels = step_rise(&device, kernel, true);
+    let blocks = step_rise(&device, composed, true);
     println!(
-        "reserve rise over one attention step: Burn's {} MiB, leanburn's {} MiB; one score tensor {} MiB, \
-         leanburn's workspace {} MiB",
+        "reserve rise over one attention step of {SEQ} tokens: Burn's {} MiB, leanburn's kernels {} MiB (one score \
+         tensor {} MiB); of {COMPOSED_SEQ} tokens: leanburn's composed blocks {} MiB (one score tensor {} MiB, \
+         workspace {} MiB)",
         burn / MIB,
-        lean / MIB,
-        scores_bytes() / MIB,
+        kernels / MIB,
+        scores_bytes(SEQ) / MIB,
+        blocks / MIB,
+        scores_bytes(COMPOSED_SEQ) / MIB,
         WORKSPACE as u64 / MIB
     );
-    assert!(burn >= 2 * scores_bytes(), "control: Burn's attention must reserve the scores twice or more: {burn} B");
-    assert!(lean < scores_bytes(), "leanburn's step must stay below one score tensor: {lean} B");
-    assert!(lean + scores_bytes() <= burn, "leanburn must save at least one score tensor: {lean} B vs {burn} B");
+    let scores = scores_bytes(SEQ);
+    assert!(burn >= 2 * scores, "control: Burn's attention must reserve the scores twice or more: {burn} B");
+    assert!(kernels < scores, "leanburn's kernels must stay below one score tensor: {kernels} B");
+    assert!(kernels + scores <= burn, "leanburn's kernels must save a score tensor: {kernels} B vs {burn} B");
+    let scores = scores_bytes(COMPOSED_SEQ);
+    assert!(blocks < scores, "leanburn's composed blocks must stay below one score tensor: {blocks} B");
 }
 
 /// The output and the three gradients of `sum(out ∘ w)` under one attention or the other.
@@ -110,13 +124,15 @@ fn lean_attention_matches_burns_on_the_cubecl_runtime() {
     // Tolerance as in the unit tests: |ours − Burn's| ≤ 1e-4 + 1e-4·|Burn's|.
     let _device_lock = common::exclusive_device();
     let device = common::wgpu_device();
-    // One shape: kernels compile per shape on llvmpipe (minutes cold); the random shapes,
-    // causal and not, run in the unit tests. A workspace of 1,200 scores per head makes
-    // causal blocks of 32, 18, 15 and 15 rows seeing 32, 64, 80 and 80 keys: blocks that
-    // stop at the diagonal, and the accumulation of their key and value gradients, run on
-    // the CubeCL runtime.
+    // The composed path (head dimension 6: the fused kernels take multiples of 4; they are
+    // compared with Burn's in the unit tests and against their reference in
+    // leanburn-kernels). One shape: kernels compile per shape on llvmpipe (minutes cold); the
+    // random shapes, causal and not, run in the unit tests. A workspace of 1,200 scores per
+    // head makes causal blocks of 32, 18, 15 and 15 rows seeing 32, 64, 80 and 80 keys:
+    // blocks that stop at the diagonal, and the accumulation of their key and value
+    // gradients, run on the CubeCL runtime.
     set_attention_workspace(4 * 2 * 4 * 1200);
-    for (shape, causal) in [([1, 2, 80, 8], true)] {
+    for (shape, causal) in [([1, 2, 80, 6], true)] {
         let ours = outputs_and_gradients(&device, shape, causal, true);
         let burns = outputs_and_gradients(&device, shape, causal, false);
         for (name, (a, b)) in ["output", "grad query", "grad key", "grad value"].iter().zip(ours.iter().zip(&burns)) {

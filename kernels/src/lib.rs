@@ -1,5 +1,5 @@
-//! CubeCL kernels for leanburn's memory-bounded convolutions, each with a plain-Rust CPU
-//! reference that the tests compare it against.
+//! CubeCL kernels for leanburn's memory-bounded convolutions and its fused attention, each
+//! with a plain-Rust CPU reference that the tests compare it against.
 //!
 //! Layout (the classic im2col one, with the batch folded into the columns so one GEMM
 //! covers a whole batch chunk):
@@ -15,11 +15,16 @@
 //!
 //! Kernel code here never touches Burn backend types; `leanburn::backend` launches it.
 
+mod attention;
 mod col2im;
 mod geometry;
 mod im2col;
 pub mod reference;
 
+pub use attention::{
+    attention_backward_dkdv_kernel, attention_backward_dq_kernel, attention_forward_kernel, launch_attention_backward,
+    launch_attention_forward, supports_head_dim, tile_rows, AttentionShape, AttentionShapeLaunch, ROWS_PER_CUBE,
+};
 pub use col2im::{col2im_kernel, launch_col2im};
 pub use geometry::{ConvGeometry, ConvGeometryArgs, ConvGeometryArgsLaunch};
 pub use im2col::{im2col_kernel, im2col_vector_size, launch_im2col};

@@ -25,6 +25,34 @@ use burn_backend::{Backend, BackendTypes, DType, DTypeUsageSet, ExecutionError, 
 
 use crate::memory::{MemoryProbe, MemorySample};
 
+/// Runs `$body` with `$F` the Rust element type of a float `DType` the kernels are compiled
+/// for (see [`has_kernels`]).
+macro_rules! with_float_type {
+    ($dtype:expr, $F:ident => $body:expr) => {
+        match $dtype {
+            burn_backend::DType::F32 => {
+                type $F = f32;
+                $body
+            }
+            burn_backend::DType::F16 => {
+                type $F = half::f16;
+                $body
+            }
+            burn_backend::DType::BF16 => {
+                type $F = half::bf16;
+                $body
+            }
+            other => unreachable!("no leanburn kernel for {other:?}"),
+        }
+    };
+}
+
+/// Whether leanburn's kernels are compiled for this element type; others take the
+/// composed path.
+pub(crate) fn has_kernels(dtype: DType) -> bool {
+    matches!(dtype, DType::F32 | DType::F16 | DType::BF16)
+}
+
 pub mod attention;
 mod budget;
 pub mod conv;

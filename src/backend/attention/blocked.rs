@@ -8,7 +8,9 @@
 use std::ops::Range;
 
 use burn::tensor::backend::Backend;
-use burn::tensor::{Bool, Int, Tensor};
+use burn::tensor::{Bool, Int, Tensor, TensorPrimitive};
+use burn_backend::tensor::FloatTensor;
+use burn_backend::TensorMetadata;
 
 use super::attention_workspace;
 
@@ -171,4 +173,54 @@ pub(crate) fn backward<B: Backend>(
         grad_key = add_to_first_keys(grad_key, grad_key_part);
     }
     (Tensor::cat(grad_query, 2), grad_key, grad_value)
+}
+
+fn tensor<B: Backend>(primitive: FloatTensor<B>) -> Tensor<B, 4> {
+    Tensor::from_primitive(TensorPrimitive::Float(primitive))
+}
+
+fn primitive<B: Backend>(tensor: Tensor<B, 4>) -> FloatTensor<B> {
+    tensor.into_primitive().tensor()
+}
+
+/// The query blocks of an attention over `dims` queries and `keys` keys in the workspace.
+fn workspace_blocks(dims: [usize; 4], keys: usize, causal: bool, elem_bytes: usize) -> Vec<Block> {
+    blocks(dims[2], keys, causal, block_scores(dims, elem_bytes), KEY_GRANULE)
+}
+
+/// [`forward`] in blocks that fit the [`attention_workspace`]: the output and the
+/// log-sum-exp `[batch, heads, queries, 1]` (`AttentionOps::lean_attention_forward`'s default).
+pub(crate) fn forward_within_workspace<B: Backend>(
+    query: FloatTensor<B>,
+    key: FloatTensor<B>,
+    value: FloatTensor<B>,
+    causal: bool,
+) -> (FloatTensor<B>, FloatTensor<B>) {
+    let blocks = workspace_blocks(query.shape().dims::<4>(), key.shape().dims::<4>()[2], causal, query.dtype().size());
+    let (output, lse) = forward(tensor::<B>(query), tensor(key), tensor(value), causal, &blocks);
+    (primitive(output), primitive(lse))
+}
+
+/// [`backward`] in the blocks [`forward_within_workspace`] used.
+pub(crate) fn backward_within_workspace<B: Backend>(
+    query: FloatTensor<B>,
+    key: FloatTensor<B>,
+    value: FloatTensor<B>,
+    output: FloatTensor<B>,
+    lse: FloatTensor<B>,
+    grad: FloatTensor<B>,
+    causal: bool,
+) -> [FloatTensor<B>; 3] {
+    let blocks = workspace_blocks(query.shape().dims::<4>(), key.shape().dims::<4>()[2], causal, query.dtype().size());
+    let (dq, dk, dv) = backward(
+        tensor::<B>(query),
+        tensor(key),
+        tensor(value),
+        tensor(output),
+        tensor(lse),
+        tensor(grad),
+        causal,
+        &blocks,
+    );
+    [primitive(dq), primitive(dk), primitive(dv)]
 }

@@ -4,18 +4,23 @@
 //! Burn 0.21's `Autodiff` runs `attention` as `attention_fallback`: the scores, the mask
 //! and the softmax are graph nodes, all kept for the backward pass (a `[8, 12, 1024, 1024]`
 //! f32 score tensor is 384 MiB, per layer). [`AttentionOps::lean_attention`] on
-//! `Autodiff<B>` instead runs the forward on `B` one block of query rows at a time (an
-//! online softmax: scores exist for one block only), keeps q, k, v, the output and each
-//! row's log-sum-exp, and in the backward pass recomputes the scores block by block
-//! (FlashAttention-2's backward, written with Burn tensor ops, so on every backend). On
-//! a backend without autodiff it is Burn's own `attention` (flash where the backend has
-//! it).
+//! `Autodiff<B>` instead is one graph node: its forward ([`AttentionOps::lean_attention_forward`]
+//! on `B`) keeps q, k, v, the output and each row's log-sum-exp, and its backward
+//! ([`AttentionOps::lean_attention_backward`]) recomputes the scores from them
+//! (FlashAttention-2's backward). On the CubeCL backends (CUDA, wgpu; fused or not) both
+//! are leanburn's fused kernels (`leanburn-kernels`' `attention`: one kernel forward, two
+//! backward, for f32, f16 and bf16 and head dimensions that are multiples of 4 up to 256);
+//! elsewhere, and for other shapes, they are composed of Burn tensor ops one block of query
+//! rows at a time, within [`attention_workspace`] ([`blocked`]). On a backend without
+//! autodiff `lean_attention` is Burn's own `attention` (flash where the backend has it).
 //!
 //! Use [`lean_attention`] in a model whose backend implements [`AttentionOps`]: every
 //! backend leanburn runs (Flex, NdArray, CubeCL, Fusion, `Lean`) and `Autodiff` over them.
 
 mod autodiff;
 pub(crate) mod blocked;
+mod cube;
+mod fused;
 
 #[cfg(test)]
 mod tests;
@@ -26,9 +31,7 @@ use burn::backend::{Flex, NdArray};
 use burn::tensor::ops::AttentionModuleOptions;
 use burn::tensor::{Tensor, TensorPrimitive};
 use burn_backend::tensor::FloatTensor;
-use burn_backend::Backend;
-use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElement};
-use burn_fusion::{Fusion, FusionBackend};
+use burn_backend::{Backend, DType};
 
 use super::conv::ChunkedConv;
 use super::Lean;
@@ -38,9 +41,10 @@ pub const DEFAULT_ATTENTION_WORKSPACE_BYTES: usize = 64 << 20;
 
 static WORKSPACE: AtomicUsize = AtomicUsize::new(DEFAULT_ATTENTION_WORKSPACE_BYTES);
 
-/// Bytes of transient score-sized buffers one attention block may hold (about four
-/// `[batch, heads, rows, keys]` tensors in the backward pass): each block's query rows are
-/// chosen to fit (at least one row), process-wide.
+/// Bytes of transient score-sized buffers one block of the composed attention may hold
+/// (about four `[batch, heads, rows, keys]` tensors in the backward pass): each block's
+/// query rows are chosen to fit (at least one row), process-wide. The fused kernels hold
+/// no such buffers.
 pub fn attention_workspace() -> usize {
     WORKSPACE.load(Ordering::Relaxed)
 }
@@ -63,24 +67,97 @@ pub trait AttentionOps: Backend {
         let options = AttentionModuleOptions { scale: None, softcap: None, is_causal: causal };
         Self::attention(query, key, value, None, None, options)
     }
+
+    /// The forward pass a backward pass will follow: the output `[batch, heads, rows,
+    /// head_dim]` and each query row's log-sum-exp of its scaled scores, in a layout only
+    /// this backend's [`lean_attention_backward`](Self::lean_attention_backward) reads.
+    /// By default composed of Burn ops, one block of query rows at a time.
+    fn lean_attention_forward(
+        query: FloatTensor<Self>,
+        key: FloatTensor<Self>,
+        value: FloatTensor<Self>,
+        causal: bool,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>) {
+        blocked::forward_within_workspace::<Self>(query, key, value, causal)
+    }
+
+    /// The gradients of query, key and value given the output's gradient `grad`,
+    /// recomputing the scores from the forward pass's `output` and `lse`.
+    fn lean_attention_backward(
+        query: FloatTensor<Self>,
+        key: FloatTensor<Self>,
+        value: FloatTensor<Self>,
+        output: FloatTensor<Self>,
+        lse: FloatTensor<Self>,
+        grad: FloatTensor<Self>,
+        causal: bool,
+    ) -> [FloatTensor<Self>; 3] {
+        blocked::backward_within_workspace::<Self>(query, key, value, output, lse, grad, causal)
+    }
+
+    /// Whether [`lean_attention_forward`](Self::lean_attention_forward) and
+    /// [`lean_attention_backward`](Self::lean_attention_backward) run leanburn's fused
+    /// kernels for inputs of `dtype` and `head_dim` (and so write the log-sum-exp as
+    /// `[batch · heads, rows]` f32). The fused stacks ask their inner backend.
+    fn fused_attention(_dtype: DType, _head_dim: usize) -> bool {
+        false
+    }
+}
+
+/// Whether a backend whose kernels take this element type and head dimension (`fused`)
+/// runs them for query, key and value of these shapes and types: one type, matching batch,
+/// heads and head dimension, as many values as keys, rows and keys to work on.
+pub(crate) fn kernel_inputs(dims: [[usize; 4]; 3], dtypes: [DType; 3], fused: bool) -> bool {
+    let [[b, h, rows, d], [kb, kh, keys, kd], [vb, vh, vkeys, vd]] = dims;
+    fused
+        && dtypes[1] == dtypes[0]
+        && dtypes[2] == dtypes[0]
+        && [kb, kh, kd, vb, vh, vd] == [b, h, d, b, h, d]
+        && vkeys == keys
+        && rows > 0
+        && keys > 0
 }
 
 impl AttentionOps for Flex {}
 
 impl AttentionOps for NdArray {}
 
-impl<B: FusionBackend> AttentionOps for Fusion<B> {}
+/// `B`'s attention, fused kernels included.
+impl<B: ChunkedConv + AttentionOps> AttentionOps for Lean<B> {
+    fn lean_attention(
+        query: FloatTensor<Self>,
+        key: FloatTensor<Self>,
+        value: FloatTensor<Self>,
+        causal: bool,
+    ) -> FloatTensor<Self> {
+        B::lean_attention(query, key, value, causal)
+    }
 
-impl<R, F, I, BT> AttentionOps for CubeBackend<R, F, I, BT>
-where
-    R: CubeRuntime,
-    F: FloatElement,
-    I: IntElement,
-    BT: BoolElement,
-{
+    fn lean_attention_forward(
+        query: FloatTensor<Self>,
+        key: FloatTensor<Self>,
+        value: FloatTensor<Self>,
+        causal: bool,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>) {
+        B::lean_attention_forward(query, key, value, causal)
+    }
+
+    fn lean_attention_backward(
+        query: FloatTensor<Self>,
+        key: FloatTensor<Self>,
+        value: FloatTensor<Self>,
+        output: FloatTensor<Self>,
+        lse: FloatTensor<Self>,
+        grad: FloatTensor<Self>,
+        causal: bool,
+    ) -> [FloatTensor<Self>; 3] {
+        B::lean_attention_backward(query, key, value, output, lse, grad, causal)
+    }
+
+    fn fused_attention(dtype: DType, head_dim: usize) -> bool {
+        B::fused_attention(dtype, head_dim)
+    }
 }
-
-impl<B: ChunkedConv> AttentionOps for Lean<B> {}
 
 /// [`AttentionOps::lean_attention`] on tensors: `[batch, heads, seq, head_dim]` query, key
 /// and value (key and value may be longer than the query), causal or not.

@@ -1,5 +1,6 @@
 //! Leanburn's attention against Burn's (`attention_fallback` under autodiff), over random
-//! shapes: the output and the three gradients, causal and not.
+//! shapes: the output and the three gradients, causal and not; the composed path on Flex
+//! and ndarray, the fused kernels on wgpu (unfused and fused stacks).
 //!
 //! Tolerance: |ours − Burn's| ≤ 1e-4 + 1e-4·|Burn's| per element (f32; the two sum the
 //! same products in different orders, and ours divides by the softmax sum after the
@@ -91,12 +92,12 @@ fn excess<B: Backend>(ours: &Tensor<B, 4>, reference: &Tensor<B, 4>) -> f32 {
 
 const NAMES: [&str; 4] = ["output", "grad query", "grad key", "grad value"];
 
-fn assert_matches_burn<B: AttentionOps>(seed: u64)
+fn assert_matches_burn<B: AttentionOps>(seed: u64, count: usize)
 where
     Autodiff<B>: AttentionOps,
 {
     let device = Default::default();
-    for case in cases(seed, 16) {
+    for case in cases(seed, count) {
         let input = inputs::<B>(case, &device);
         let reference = run(case, &input, true);
         let ours = run(case, &input, false);
@@ -108,12 +109,46 @@ where
 
 #[test]
 fn lean_attention_matches_burns_output_and_gradients_on_flex() {
-    assert_matches_burn::<Flex>(1);
+    assert_matches_burn::<Flex>(1, 16);
 }
 
 #[test]
 fn lean_attention_matches_burns_output_and_gradients_on_ndarray() {
-    assert_matches_burn::<NdArray>(2);
+    assert_matches_burn::<NdArray>(2, 16);
+}
+
+#[test]
+fn the_fused_kernels_match_burns_output_and_gradients_on_wgpu() {
+    // Few cases: every shape compiles Burn's own attention anew on llvmpipe (the kernels'
+    // randomized test over long sequences is in leanburn-kernels).
+    assert_matches_burn::<crate::select::CubeWgpu>(5, 5);
+    assert_matches_burn::<burn::backend::Wgpu>(6, 5);
+}
+
+/// The kernels ran, not the composed fallback: their log-sum-exp is `[batch · heads, rows]`
+/// f32 (the composed one `[batch, heads, rows, 1]`), on the unfused stack and through the
+/// fused stack's custom operation; the control, Flex, has no kernels.
+#[test]
+fn wgpu_runs_the_fused_kernels_and_flex_the_composed_path() {
+    use burn::backend::Wgpu;
+    use burn::tensor::TensorPrimitive;
+    use burn_backend::TensorMetadata;
+
+    use crate::select::CubeWgpu;
+
+    fn lse_dims<B: AttentionOps>() -> usize {
+        let case = Case { batch: 2, heads: 3, queries: 10, keys: 10, head_dim: 8, causal: true, scores: 1, granule: 1 };
+        let [query, key, value, _] = inputs::<B>(case, &Default::default());
+        let primitive = |t: Tensor<B, 4>| match t.into_primitive() {
+            TensorPrimitive::Float(tensor) => tensor,
+            TensorPrimitive::QFloat(_) => unreachable!("float inputs"),
+        };
+        let (_, lse) = B::lean_attention_forward(primitive(query), primitive(key), primitive(value), true);
+        lse.shape().num_dims()
+    }
+    assert_eq!(lse_dims::<CubeWgpu>(), 2);
+    assert_eq!(lse_dims::<Wgpu>(), 2);
+    assert_eq!(lse_dims::<Flex>(), 4);
 }
 
 #[test]

@@ -1,37 +1,13 @@
 //! [`ChunkedConv`] on CubeCL backends: leanburn's own im2col / col2im kernels.
 
 use burn_backend::tensor::FloatTensor;
-use burn_backend::{DType, Shape};
+use burn_backend::Shape;
 use burn_cubecl::ops::numeric::empty_device_contiguous_dtype;
 use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElement};
 use leanburn_kernels::{launch_col2im, launch_im2col, ConvGeometry};
 
 use super::{composed, ChunkedConv};
-
-/// Whether the kernels are compiled for this element type; others take the composed path.
-fn has_kernels(dtype: DType) -> bool {
-    matches!(dtype, DType::F32 | DType::F16 | DType::BF16)
-}
-
-macro_rules! with_float_type {
-    ($dtype:expr, $F:ident => $body:expr) => {
-        match $dtype {
-            DType::F32 => {
-                type $F = f32;
-                $body
-            }
-            DType::F16 => {
-                type $F = half::f16;
-                $body
-            }
-            DType::BF16 => {
-                type $F = half::bf16;
-                $body
-            }
-            other => unreachable!("no leanburn kernel for {other:?}"),
-        }
-    };
-}
+use crate::backend::has_kernels;
 
 impl<R, F, I, BT> ChunkedConv for CubeBackend<R, F, I, BT>
 where

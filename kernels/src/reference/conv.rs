@@ -1,5 +1,4 @@
-//! Plain-Rust references for the kernels: the definitions the kernels are tested against.
-//! Slow on purpose: straight loops over the mathematical definition, accumulated in f64.
+//! im2col and col2im.
 
 use crate::geometry::ConvGeometry;
 

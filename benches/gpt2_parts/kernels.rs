@@ -1,0 +1,94 @@
+//! Counts the kernels a GPT-2 training step launches on a CubeCL backend, from CubeCL's
+//! own execution log (profiling level `minimal`: one `Executing <kernel>` line per launch,
+//! written by a background task).
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use burn::optim::{GradientsParams, Optimizer};
+use cubecl::config::profiling::ProfilingLogLevel;
+use cubecl::config::{CubeClRuntimeConfig, RuntimeConfig};
+use leanburn::data::{Split, WindowSampler};
+use leanburn::model::{Gpt2, Gpt2Config};
+use leanburn::select::TrainBackend;
+use leanburn::trainer::ForwardLoss;
+
+use super::Args;
+
+/// Where CubeCL writes the execution log.
+fn log_file() -> PathBuf {
+    std::env::temp_dir().join(format!("leanburn-kernels-{}.log", std::process::id()))
+}
+
+/// Turns CubeCL's execution log on, into [`log_file`]. Must run before any kernel does;
+/// a `cubecl.toml` read earlier, or CubeCL's environment overrides, would win.
+pub fn log_executions() {
+    let mut config = CubeClRuntimeConfig::default().override_from_env();
+    config.profiling.logger.level = ProfilingLogLevel::Minimal;
+    config.profiling.logger.file = Some(log_file());
+    config.profiling.logger.append = false;
+    let mut stored = CubeClRuntimeConfig::storage().lock();
+    if stored.is_some() {
+        eprintln!("note: CubeCL's configuration was already set; kernels may go uncounted");
+        return;
+    }
+    *stored = Some(std::sync::Arc::new(config));
+}
+
+/// The launches logged so far, by kernel name, once the log has stopped growing.
+fn launches() -> Vec<String> {
+    let mut last = None;
+    loop {
+        std::thread::sleep(Duration::from_millis(200));
+        let text = std::fs::read_to_string(log_file()).unwrap_or_default();
+        if last.as_ref() == Some(&text.len()) {
+            return text.lines().filter_map(|line| line.strip_prefix("Executing ").map(str::to_string)).collect();
+        }
+        last = Some(text.len());
+    }
+}
+
+/// Prints the kernels per full step: the median over `--reps` steps after `--warmup`, and
+/// the most frequent kernels of the last step.
+pub fn count<B: TrainBackend>(args: &Args, config: &Gpt2Config, seq: usize, device: &B::Device) {
+    let chunk = (args.loss_chunk > 0).then_some(args.loss_chunk);
+    let mut model: Option<Gpt2<B>> =
+        Some(config.init::<B>(device).with_loss_chunk(chunk).with_attention(args.attention));
+    let mut optimizer = leanburn::optim::clipped_adamw(0.1, 1.0);
+    let ids: Vec<u32> = (0..args.batch * (seq + 1) * 4).map(|i| ((i * 7919 + 13) % config.vocab_size) as u32).collect();
+    let mut sampler = WindowSampler::new(args.batch, seq, args.seed).expect("batch and seq checked before");
+    let host = sampler.sample(&ids, Split::Train).expect("enough ids for one window per row");
+    let mut counts = Vec::new();
+    let mut last = BTreeMap::new();
+    for rep in 0..args.warmup + args.reps {
+        B::sync(device).expect("device sync");
+        let before = launches().len();
+        let current = model.take().expect("the model is put back every step");
+        let grads = current.forward_loss(host.to_device::<B>(device)).backward();
+        let grads = GradientsParams::from_grads(grads, &current);
+        model = Some(optimizer.step(1e-4, current, grads));
+        B::sync(device).expect("device sync");
+        let logged = launches();
+        if rep >= args.warmup {
+            counts.push(logged.len() - before);
+            last = BTreeMap::new();
+            for name in &logged[before..] {
+                *last.entry(name.clone()).or_insert(0usize) += 1;
+            }
+        }
+    }
+    counts.sort_unstable();
+    let median = counts[counts.len() / 2];
+    println!(
+        "\nkernels launched per full step (forward, backward, clipped AdamW): {median} (median of {} steps: {:?})\n",
+        counts.len(),
+        counts
+    );
+    let mut frequent: Vec<(usize, String)> = last.into_iter().map(|(name, n)| (n, name)).collect();
+    frequent.sort_unstable_by(|a, b| b.cmp(a));
+    println!("| kernel (last step) | launches |\n|---|---|");
+    for (n, name) in frequent.iter().take(15) {
+        println!("| `{name}` | {n} |");
+    }
+}

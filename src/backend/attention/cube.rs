@@ -1,0 +1,128 @@
+//! [`AttentionOps`] on CubeCL backends: leanburn's fused attention kernels
+//! (`leanburn-kernels`' `attention`) for the training forward and backward.
+
+use burn_backend::tensor::FloatTensor;
+use burn_backend::{DType, Shape};
+use burn_cubecl::ops::numeric::empty_device_contiguous_dtype;
+use burn_cubecl::tensor::CubeTensor;
+use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElement};
+use leanburn_kernels::{launch_attention_backward, launch_attention_forward, supports_head_dim};
+
+use super::{blocked, kernel_inputs, AttentionOps};
+use crate::backend::has_kernels;
+
+/// `[batch, heads, rows, head_dim]` of a 4-D tensor.
+fn dims<R: CubeRuntime>(tensor: &CubeTensor<R>) -> [usize; 4] {
+    tensor.meta.shape().dims::<4>()
+}
+
+/// Whether the kernels take these inputs (see [`kernel_inputs`]).
+fn fits<R: CubeRuntime>(query: &CubeTensor<R>, key: &CubeTensor<R>, value: &CubeTensor<R>) -> bool {
+    let dtypes = [query.dtype, key.dtype, value.dtype];
+    kernel_inputs(
+        [dims(query), dims(key), dims(value)],
+        dtypes,
+        has_kernels(query.dtype) && supports_head_dim(dims(query)[3]),
+    )
+}
+
+impl<R, F, I, BT> AttentionOps for CubeBackend<R, F, I, BT>
+where
+    R: CubeRuntime,
+    F: FloatElement,
+    I: IntElement,
+    BT: BoolElement,
+{
+    fn lean_attention_forward(
+        query: FloatTensor<Self>,
+        key: FloatTensor<Self>,
+        value: FloatTensor<Self>,
+        causal: bool,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>) {
+        if !fits(&query, &key, &value) {
+            return blocked::forward_within_workspace::<Self>(query, key, value, causal);
+        }
+        let [batch, heads, rows, head_dim] = dims(&query);
+        let keys = dims(&key)[2];
+        let (client, device, dtype) = (query.client.clone(), query.device.clone(), query.dtype);
+        let output = empty_device_contiguous_dtype(
+            client.clone(),
+            device.clone(),
+            Shape::new([batch, heads, rows, head_dim]),
+            dtype,
+        );
+        let lse = empty_device_contiguous_dtype(client.clone(), device, Shape::new([batch * heads, rows]), DType::F32);
+        let scale = 1.0 / (head_dim as f32).sqrt();
+        // SAFETY: `fits` checked the shapes the kernel indexes; the outputs were just
+        // allocated contiguous with the shapes it writes.
+        unsafe {
+            with_float_type!(dtype, E => launch_attention_forward::<R, E>(
+                &client,
+                query.into_tensor_arg(),
+                key.into_tensor_arg(),
+                value.into_tensor_arg(),
+                output.clone().into_tensor_arg(),
+                lse.clone().into_tensor_arg(),
+                [batch * heads, heads, rows, keys, head_dim],
+                scale,
+                causal,
+            ));
+        }
+        (output, lse)
+    }
+
+    fn lean_attention_backward(
+        query: FloatTensor<Self>,
+        key: FloatTensor<Self>,
+        value: FloatTensor<Self>,
+        output: FloatTensor<Self>,
+        lse: FloatTensor<Self>,
+        grad: FloatTensor<Self>,
+        causal: bool,
+    ) -> [FloatTensor<Self>; 3] {
+        // The kernels' forward wrote a `[batch · heads, rows]` f32 log-sum-exp; the
+        // composed one a `[batch, heads, rows, 1]`.
+        if lse.meta.shape().num_dims() != 2 {
+            return blocked::backward_within_workspace::<Self>(query, key, value, output, lse, grad, causal);
+        }
+        let [batch, heads, rows, head_dim] = dims(&query);
+        let keys = dims(&key)[2];
+        let (client, device, dtype) = (query.client.clone(), query.device.clone(), query.dtype);
+        let grad = if grad.dtype == dtype { grad } else { burn_cubecl::kernel::cast(grad, dtype) };
+        let empty =
+            |shape: [usize; 4]| empty_device_contiguous_dtype(client.clone(), device.clone(), Shape::new(shape), dtype);
+        let (dq, dk, dv) = (empty(dims(&query)), empty(dims(&key)), empty(dims(&value)));
+        let delta = empty_device_contiguous_dtype(
+            client.clone(),
+            device.clone(),
+            Shape::new([batch * heads, rows]),
+            DType::F32,
+        );
+        let scale = 1.0 / (head_dim as f32).sqrt();
+        // SAFETY: the forward's shapes (checked there), its output and log-sum-exp, an
+        // output gradient of the output's shape; the rest just allocated.
+        unsafe {
+            with_float_type!(dtype, E => launch_attention_backward::<R, E>(
+                &client,
+                [
+                    query.into_tensor_arg(),
+                    key.into_tensor_arg(),
+                    value.into_tensor_arg(),
+                    output.into_tensor_arg(),
+                    grad.into_tensor_arg(),
+                ],
+                lse.into_tensor_arg(),
+                delta.into_tensor_arg(),
+                [dq.clone().into_tensor_arg(), dk.clone().into_tensor_arg(), dv.clone().into_tensor_arg()],
+                [batch * heads, heads, rows, keys, head_dim],
+                scale,
+                causal,
+            ));
+        }
+        [dq, dk, dv]
+    }
+
+    fn fused_attention(dtype: DType, head_dim: usize) -> bool {
+        has_kernels(dtype) && supports_head_dim(head_dim)
+    }
+}
