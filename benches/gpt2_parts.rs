@@ -44,6 +44,8 @@ use std::collections::BTreeMap;
 use std::process::Command;
 use std::time::Instant;
 
+use burn::optim::adaptor::OptimizerAdaptor;
+use burn::optim::AdamW;
 use burn::optim::{GradientsParams, Optimizer};
 use burn::tensor::backend::Backend;
 use burn::tensor::module::attention;
@@ -51,8 +53,9 @@ use burn::tensor::ops::AttentionModuleOptions;
 use burn::tensor::{Distribution, ElementConversion, FloatDType, Tensor};
 use clap::{Parser, ValueEnum};
 use leanburn::backend::lean_attention;
-use leanburn::data::{Split, WindowSampler};
+use leanburn::data::{HostBatch, Split, WindowSampler};
 use leanburn::model::{Gpt2, Gpt2Config};
+use leanburn::optim::GlobalNormClipping;
 use leanburn::select::{select, BackendArgs, BackendJob, BackendKind, TrainBackend};
 use leanburn::trainer::ForwardLoss;
 use serde::{Deserialize, Serialize};
@@ -336,6 +339,26 @@ fn gemms<B: Backend>(
     }
 }
 
+/// The example's optimizer: AdamW under global-norm clipping.
+type ClippedAdamW<B> = GlobalNormClipping<OptimizerAdaptor<AdamW, Gpt2<B>, B>>;
+
+/// What a full step trains: the model (the loss and attention asked for), clipped AdamW
+/// (weight decay 0.1, norm 1) and one host batch of token ids spread over the vocabulary
+/// (speed does not depend on which are fed).
+pub(crate) fn training<B: TrainBackend>(
+    args: &Args,
+    config: &Gpt2Config,
+    seq: usize,
+    device: &B::Device,
+) -> (Gpt2<B>, ClippedAdamW<B>, HostBatch) {
+    let chunk = (args.loss_chunk > 0).then_some(args.loss_chunk);
+    let model = config.init::<B>(device).with_loss_chunk(chunk).with_attention(args.attention);
+    let ids: Vec<u32> = (0..args.batch * (seq + 1) * 4).map(|i| ((i * 7919 + 13) % config.vocab_size) as u32).collect();
+    let mut sampler = WindowSampler::new(args.batch, seq, args.seed).expect("batch and seq checked before");
+    let host = sampler.sample(&ids, Split::Train).expect("enough ids for one window per row");
+    (model, leanburn::optim::clipped_adamw(0.1, 1.0), host)
+}
+
 /// One full step split into forward, backward and optimizer, each synced; and unsplit.
 fn step<B: TrainBackend>(
     args: &Args,
@@ -345,14 +368,8 @@ fn step<B: TrainBackend>(
     device: &B::Device,
     parts: &mut BTreeMap<String, Timing>,
 ) {
-    let chunk = (args.loss_chunk > 0).then_some(args.loss_chunk);
-    let mut model: Option<Gpt2<B>> =
-        Some(config.init::<B>(device).with_loss_chunk(chunk).with_attention(args.attention));
-    let mut optimizer = leanburn::optim::clipped_adamw(0.1, 1.0);
-    // Token ids spread over the vocabulary (speed does not depend on which are fed).
-    let ids: Vec<u32> = (0..args.batch * (seq + 1) * 4).map(|i| ((i * 7919 + 13) % config.vocab_size) as u32).collect();
-    let mut sampler = WindowSampler::new(args.batch, seq, args.seed).expect("batch and seq checked above");
-    let host = sampler.sample(&ids, Split::Train).expect("enough ids for one window per row");
+    let (model, mut optimizer, host) = training::<B>(args, config, seq, device);
+    let mut model = Some(model);
     let batch = || host.to_device::<B>(device);
     let sync = || B::sync(device).expect("device sync");
     let mut samples: [Vec<f64>; 4] = Default::default();

@@ -9,8 +9,7 @@ use std::time::Duration;
 use burn::optim::{GradientsParams, Optimizer};
 use cubecl::config::profiling::ProfilingLogLevel;
 use cubecl::config::{CubeClRuntimeConfig, RuntimeConfig};
-use leanburn::data::{Split, WindowSampler};
-use leanburn::model::{Gpt2, Gpt2Config};
+use leanburn::model::Gpt2Config;
 use leanburn::select::TrainBackend;
 use leanburn::trainer::ForwardLoss;
 
@@ -52,13 +51,8 @@ fn launches() -> Vec<String> {
 /// Prints the kernels per full step: the median over `--reps` steps after `--warmup`, and
 /// the most frequent kernels of the last step.
 pub fn count<B: TrainBackend>(args: &Args, config: &Gpt2Config, seq: usize, device: &B::Device) {
-    let chunk = (args.loss_chunk > 0).then_some(args.loss_chunk);
-    let mut model: Option<Gpt2<B>> =
-        Some(config.init::<B>(device).with_loss_chunk(chunk).with_attention(args.attention));
-    let mut optimizer = leanburn::optim::clipped_adamw(0.1, 1.0);
-    let ids: Vec<u32> = (0..args.batch * (seq + 1) * 4).map(|i| ((i * 7919 + 13) % config.vocab_size) as u32).collect();
-    let mut sampler = WindowSampler::new(args.batch, seq, args.seed).expect("batch and seq checked before");
-    let host = sampler.sample(&ids, Split::Train).expect("enough ids for one window per row");
+    let (model, mut optimizer, host) = super::training::<B>(args, config, seq, device);
+    let mut model = Some(model);
     let mut counts = Vec::new();
     let mut last = BTreeMap::new();
     for rep in 0..args.warmup + args.reps {

@@ -8,8 +8,8 @@ use cubecl::prelude::*;
 
 use super::forward::cubes;
 use super::{
-    load_tile, read_row, stat_base, tile_rows, write_row, AttentionShape, AttentionShapeLaunch, Quad, ROWS_PER_CUBE,
-    UNROLLED_HEAD_DIM,
+    keys_seen, load_tile, read_row, stat_base, tile_rows, write_row, AttentionShape, AttentionShapeLaunch, Quad,
+    ROWS_PER_CUBE, UNROLLED_HEAD_DIM,
 };
 
 /// One unit per query row: `dq[b, h, i, ..]` (contiguous) and `delta[b · heads + h, i]`.
@@ -34,13 +34,8 @@ pub fn attention_backward_dq_kernel<F: Float>(
     let first_row = CUBE_POS_X as usize * ROWS_PER_CUBE;
     let row = first_row + UNIT_POS_X as usize;
     let active = row < shape.rows;
-    let mut cube_keys = shape.keys;
-    let mut row_keys = shape.keys;
-    if causal {
-        let last_row = min(first_row + ROWS_PER_CUBE, shape.rows) - 1;
-        cube_keys = min(last_row + shape.causal_offset + 1, shape.keys);
-        row_keys = min(row + shape.causal_offset + 1, shape.keys);
-    }
+    let cube_keys = keys_seen(min(first_row + ROWS_PER_CUBE, shape.rows) - 1, shape, causal);
+    let row_keys = keys_seen(row, shape, causal);
 
     // The row's query (scaled), output gradient, Δ = dO·O and log-sum-exp.
     let q_row = read_row::<F>(query, bh, row, active, shape.heads, shape.scale, head_dim);

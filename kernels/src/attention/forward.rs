@@ -4,8 +4,8 @@ use cubecl::prelude::*;
 use cubecl::CubeDim;
 
 use super::{
-    load_tile, read_row, stat_base, tile_rows, write_row, AttentionShape, AttentionShapeLaunch, Quad, ROWS_PER_CUBE,
-    UNROLLED_HEAD_DIM,
+    keys_seen, load_tile, read_row, stat_base, tile_rows, write_row, AttentionShape, AttentionShapeLaunch, Quad,
+    ROWS_PER_CUBE, UNROLLED_HEAD_DIM,
 };
 
 /// One unit per query row: an online softmax over tiles of keys and values staged in
@@ -32,13 +32,8 @@ pub fn attention_forward_kernel<F: Float>(
     let active = row < shape.rows;
 
     // The keys this cube's rows see, and this row's.
-    let mut cube_keys = shape.keys;
-    let mut row_keys = shape.keys;
-    if causal {
-        let last_row = min(first_row + ROWS_PER_CUBE, shape.rows) - 1;
-        cube_keys = min(last_row + shape.causal_offset + 1, shape.keys);
-        row_keys = min(row + shape.causal_offset + 1, shape.keys);
-    }
+    let cube_keys = keys_seen(min(first_row + ROWS_PER_CUBE, shape.rows) - 1, shape, causal);
+    let row_keys = keys_seen(row, shape, causal);
 
     let q_row = read_row::<F>(query, bh, row, active, shape.heads, shape.scale, head_dim);
     let mut acc = Array::<Quad>::new(quads);

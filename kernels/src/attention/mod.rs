@@ -151,6 +151,16 @@ pub(crate) fn load_tile<F: Float>(
     }
 }
 
+/// The keys query row `row` sees: all of them, or, causal, those up to `row + offset`.
+#[cube]
+pub(crate) fn keys_seen(row: usize, shape: &AttentionShape, #[comptime] causal: bool) -> usize {
+    let mut keys = shape.keys;
+    if causal {
+        keys = min(row + shape.causal_offset + 1, shape.keys);
+    }
+    keys
+}
+
 /// The base offset of batch-head `bh` in a contiguous `[batch · heads, rows]` row statistic.
 #[cube]
 pub(crate) fn stat_base(bh: usize, rows: usize) -> usize {
