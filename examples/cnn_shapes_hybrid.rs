@@ -181,11 +181,16 @@ impl NetConfig {
     }
 }
 
+/// What a resumed run cannot change: its model, its batches and its schedule are in the
+/// checkpoint (`--resume` starts from the run's saved options; see `common::config`).
+const FIXED_ON_RESUME: &[&str] =
+    &["batch", "resolution", "net", "widths", "lr", "warmup", "noise", "seed", "accum", "devices"];
+
 fn main() {
     common::allocator::keep_freed_memory();
     // SAFETY: first thing in main, before any thread exists.
     unsafe { leanburn::select::quiet_headless_vulkan() };
-    exit_on_failure(config::parse_with_config::<Args>().and_then(|(args, matches)| run(args, &matches)));
+    exit_on_failure(config::parse_with_config::<Args>(FIXED_ON_RESUME).and_then(|(args, matches)| run(args, &matches)));
 }
 
 /// Everything a run needs, settled before any device work.

@@ -143,11 +143,15 @@ struct Args {
     seed: u64,
 }
 
+/// What a resumed run cannot change: its model, its batches and its schedule are in the
+/// checkpoint (`--resume` starts from the run's saved options; see `common::config`).
+const FIXED_ON_RESUME: &[&str] = &["preset", "seq", "batch", "pad-vocab", "lr", "warmup", "seed", "accum"];
+
 fn main() {
     common::allocator::keep_freed_memory();
     // SAFETY: first thing in main, before any thread exists.
     unsafe { leanburn::select::quiet_headless_vulkan() };
-    exit_on_failure(config::parse_with_config::<Args>().and_then(|(args, matches)| run(args, &matches)));
+    exit_on_failure(config::parse_with_config::<Args>(FIXED_ON_RESUME).and_then(|(args, matches)| run(args, &matches)));
 }
 
 /// Tokens per loss chunk on the CPU backend when `--loss-chunk` is not given and a step

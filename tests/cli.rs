@@ -101,3 +101,16 @@ fn lean_wgpu_run_keeps_the_inner_forward_flat() {
     assert!(stdout.contains("GROWING"), "the autodiff-forward control must still grow\n{all}");
     assert!(stdout.matches("flat").count() >= 2, "{all}");
 }
+
+/// `--help` is read in a terminal: no rustdoc link syntax from the doc comments clap reads.
+#[test]
+fn help_has_no_rustdoc_link_syntax() {
+    for name in ["gpt2_small_hybrid", "cnn_shapes_hybrid", "burn_train_hybrid", "vram_soak", "memory_demo"] {
+        let output = common::example(name).arg("--help").output().unwrap();
+        assert!(output.status.success(), "{name}: {}", text(&output));
+        let help = String::from_utf8_lossy(&output.stdout);
+        assert!(help.contains("--backend"), "{name}: {help}");
+        let links: Vec<&str> = help.lines().filter(|line| line.contains("[`") || line.contains("`]")).collect();
+        assert!(links.is_empty(), "{name}: rustdoc links in --help:\n{}", links.join("\n"));
+    }
+}

@@ -175,3 +175,27 @@ fn the_soak_prints_the_report_and_a_flat_verdict() {
     let output = command.output().unwrap();
     assert_eq!(output.status.code(), Some(2), "{}", text(&output));
 }
+
+/// `--resume` continues from the run's saved options; a changed image size or net is
+/// refused by name, and the same values resume.
+#[test]
+fn a_resume_refuses_another_image_size_or_net() {
+    let out = scratch("resume-options");
+    let first = cpu_run(&out, &["--mode", "full", "--steps", "3"]);
+    assert!(first.status.success(), "{}", text(&first));
+    let bare = |extra: &[&str]| {
+        let mut command = example("cnn_shapes_hybrid");
+        command.args(["--backend", "cpu", "--mode", "full", "--resume", "--out"]).arg(&out).args(extra);
+        command.output().unwrap()
+    };
+    for (flag, value) in [("--resolution", "32"), ("--widths", "8,32"), ("--net", "resnet18")] {
+        assert_fails(&bare(&["--steps", "5", flag, value]), &format!("the run was started with {flag}"));
+    }
+    assert_eq!(read(&out.join("metrics-full.jsonl")).lines().count(), 3, "nothing trained");
+    // Control: the same values, and none at all, resume.
+    let same = bare(&["--steps", "4", "--resolution", "16", "--widths", "8,16"]);
+    assert!(same.status.success(), "{}", text(&same));
+    let bare_resume = bare(&["--steps", "5"]);
+    assert!(bare_resume.status.success(), "{}", text(&bare_resume));
+    assert_eq!(read(&out.join("metrics-full.jsonl")).lines().count(), 5);
+}

@@ -408,3 +408,108 @@ fn warm_cache_tunes_what_a_run_at_its_shapes_needs() {
     assert!(String::from_utf8_lossy(&run.stderr).contains("first step of this process done"), "{}", text(&run));
     assert_eq!(autotune_files(&cache), tuned, "the run tuned something the warm-up did not");
 }
+
+/// The step numbers in a run's metrics file.
+fn recorded_steps(out: &Path, mode: &str) -> Vec<u64> {
+    fs::read_to_string(out.join(format!("metrics-{mode}.jsonl")))
+        .unwrap()
+        .lines()
+        .map(|line| serde_json::from_str::<serde_json::Value>(line).unwrap()["step"].as_u64().unwrap())
+        .collect()
+}
+
+#[test]
+fn a_resume_starts_from_the_runs_own_options_and_refuses_a_changed_model_or_batch() {
+    let out = scratch("resume-options");
+    let _ = fs::remove_dir_all(&out);
+    let first = cpu_run(&out, &["--mode", "full", "--steps", "3"]);
+    assert!(first.status.success(), "{}", text(&first));
+    // `--resume` alone (no --preset, --batch, --seq, --data): the run as it was started.
+    let bare = |extra: &[&str]| {
+        example()
+            .args(["--backend", "cpu", "--mode", "full", "--resume", "--out"])
+            .arg(&out)
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let resumed = bare(&["--steps", "5"]);
+    assert!(resumed.status.success(), "{}", text(&resumed));
+    assert!(String::from_utf8_lossy(&resumed.stderr).contains("saved options"), "{}", text(&resumed));
+    assert_eq!(recorded_steps(&out, "full"), (0..5).collect::<Vec<_>>());
+    let items = |out: &Path| -> u64 {
+        let metrics = fs::read_to_string(out.join("metrics-full.jsonl")).unwrap();
+        serde_json::from_str::<serde_json::Value>(metrics.lines().last().unwrap()).unwrap()["items"].as_u64().unwrap()
+    };
+    assert_eq!(items(&out), 32, "the saved --batch 2 × --seq 16");
+
+    // A changed model, batch or schedule is refused by name, and nothing is trained.
+    for (flag, value) in [("--preset", "gpt2-mini"), ("--seq", "8"), ("--batch", "3"), ("--lr", "0.5")] {
+        let refused = bare(&["--steps", "7", flag, value]);
+        assert_fails(&refused, 2, &format!("the run was started with {flag}"));
+        assert_eq!(recorded_steps(&out, "full").len(), 5, "{flag} {value}: nothing trained");
+    }
+    // Control: the same values, spelled out (1e-3 is the saved 0.001), resume.
+    let same = bare(&["--steps", "7", "--preset", "gpt2-tiny", "--seq", "16", "--batch", "2", "--lr", "1e-3"]);
+    assert!(same.status.success(), "{}", text(&same));
+    assert_eq!(recorded_steps(&out, "full"), (0..7).collect::<Vec<_>>());
+
+    // A run directory without saved options (an older run): the checkpoint itself refuses
+    // another model with a clear error, not a panic.
+    fs::remove_file(out.join("config-full.json")).unwrap();
+    let data = sources();
+    let tiny_but_mini = ["--preset", "gpt2-mini", "--batch", "2", "--seq", "16", "--corpus-mib", "1", "--data"];
+    let other_model = bare(&[&["--steps", "9"], &tiny_but_mini[..], &[data.to_str().unwrap()]].concat());
+    assert_fails(&other_model, 2, "does not fit");
+    assert!(!String::from_utf8_lossy(&other_model.stderr).contains("panicked"), "{}", text(&other_model));
+    assert_eq!(recorded_steps(&out, "full").len(), 7);
+}
+
+/// Starts a long CPU run, waits until it has written `steps` step records, sends it
+/// `signal` (`TERM`, `KILL`) and returns its exit.
+#[cfg(unix)]
+fn signalled_run(out: &Path, signal: &str, steps: usize) -> Output {
+    let mut command = example();
+    command.args(["--backend", "cpu", "--preset", "gpt2-tiny", "--batch", "2", "--seq", "16"]);
+    command.args(["--eval-every", "1000", "--eval-batches", "1", "--checkpoint-every", "1000", "--corpus-mib", "1"]);
+    command.args(["--mode", "full", "--steps", "100000", "--data"]).arg(sources()).arg("--out").arg(out);
+    let child = command.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().unwrap();
+    let metrics = out.join("metrics-full.jsonl");
+    let started = std::time::Instant::now();
+    while fs::read_to_string(&metrics).map_or(0, |text| text.lines().count()) < steps {
+        assert!(started.elapsed().as_secs() < 300, "no {steps} steps within 300 s");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let sent = Command::new("kill").arg(format!("-{signal}")).arg(child.id().to_string()).status().unwrap();
+    assert!(sent.success());
+    child.wait_with_output().unwrap()
+}
+
+#[cfg(unix)]
+#[test]
+fn sigterm_finishes_the_step_checkpoints_it_and_the_run_resumes_from_there() {
+    let out = scratch("sigterm");
+    let _ = fs::remove_dir_all(&out);
+    let stopped = signalled_run(&out, "TERM", 3);
+    assert_eq!(stopped.status.code(), Some(143), "{}", text(&stopped));
+    let stderr = String::from_utf8_lossy(&stopped.stderr);
+    assert!(stderr.contains("stopped by SIGTERM after step") && stderr.contains("--resume"), "{}", text(&stopped));
+    // Every step it recorded was saved: the checkpoint is of the last one.
+    let taken = recorded_steps(&out, "full").len();
+    assert!(taken >= 3);
+    let latest = fs::read_to_string(out.join("checkpoints-full/latest")).unwrap();
+    assert_eq!(latest.trim(), format!("ckpt-{taken:08}"), "{}", text(&stopped));
+    let resumed = cpu_run(&out, &["--mode", "full", "--steps", &(taken + 2).to_string(), "--resume"]);
+    assert!(resumed.status.success(), "{}", text(&resumed));
+    assert_eq!(recorded_steps(&out, "full"), (0..taken as u64 + 2).collect::<Vec<_>>());
+
+    // Control: SIGKILL cannot be handled; the same run loses every step since its last
+    // checkpoint (here: all of them).
+    let killed_out = scratch("sigkill");
+    let _ = fs::remove_dir_all(&killed_out);
+    let killed = signalled_run(&killed_out, "KILL", 3);
+    assert_eq!(killed.status.code(), None, "ended by the signal: {}", text(&killed));
+    assert!(!killed_out.join("checkpoints-full/latest").exists(), "nothing was saved");
+    let lost = cpu_run(&killed_out, &["--mode", "full", "--steps", "10", "--resume"]);
+    assert_fails(&lost, 2, "no full checkpoint");
+}

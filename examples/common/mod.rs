@@ -15,7 +15,9 @@ use burn::optim::Optimizer;
 use clap::ValueEnum;
 use indicatif::{ProgressBar, ProgressStyle};
 use leanburn::memory::{format_bytes, InStepPeak, InStepReading, MemoryProbe};
-use leanburn::runner::{RunDir, RunError, RunEvent, RunOutcome, RunSettings, Runner, StartMode, Validation};
+use leanburn::runner::{
+    RunDir, RunError, RunEvent, RunOutcome, RunSettings, Runner, StartMode, StopRequest, Validation,
+};
 use leanburn::select::{BackendArgs, BackendJob, Checkpointing, KernelCache, Selection, TrainBackend};
 use leanburn::trainer::{
     ExecutionConfig, ForwardLoss, HybridBatch, HybridConfig, HybridModel, HybridTrainer, LrSchedule, Precision,
@@ -149,7 +151,7 @@ pub fn broke(message: impl Into<String>) -> Failure {
 
 impl From<RunError> for Failure {
     fn from(err: RunError) -> Self {
-        Failure { code: if err.is_bad_input() { 2 } else { 1 }, message: err.to_string() }
+        Failure { code: err.exit_code(), message: err.to_string() }
     }
 }
 
@@ -404,9 +406,16 @@ where
     let progress = Progress::new(item).with_in_step_peak(sampler.flatten());
     let mut header = Some(header);
     let next_batch = next_batch_with_message(next_batch);
-    let outcome = Runner::new(settings)
-        .in_dir(dir)
-        .run(trainer, next_batch, to_device, validate, |event| progress.on_event(event, &mut header));
+    let mut runner = Runner::new(settings).in_dir(dir);
+    // Ctrl-C or SIGTERM: the step in progress finishes and is checkpointed (a data-parallel
+    // run's replicas would have to stop together, so it keeps the default: the process ends).
+    if trainer.replica().is_none() {
+        match StopRequest::on_signals() {
+            Ok(stop) => runner = runner.with_stop(stop),
+            Err(err) => eprintln!("warning: no SIGINT/SIGTERM handler ({err}): a signal ends the run unsaved"),
+        }
+    }
+    let outcome = runner.run(trainer, next_batch, to_device, validate, |event| progress.on_event(event, &mut header));
     progress.finish();
     if let Some(line) = progress.in_step_summary() {
         eprintln!("{line}");

@@ -247,9 +247,10 @@ struct CausalSelfAttention<B: Backend> {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[cfg_attr(feature = "cli", derive(clap::ValueEnum))]
 pub enum Gpt2Attention {
-    /// [`lean_attention`]: under autodiff, a graph node that keeps q, k, v, the output and
-    /// a log-sum-exp per row, and recomputes the `T × T` scores block by block in the
-    /// backward pass; without autodiff, Burn's op.
+    /// leanburn's `lean_attention`: under autodiff, a graph node that keeps q, k, v, the
+    /// output and a log-sum-exp per row, and recomputes the scores tile by tile in the
+    /// backward pass (fused kernels on the CubeCL backends, blocks of tensor ops
+    /// elsewhere); without autodiff, Burn's op. (Plain text: clap prints it in `--help`.)
     #[default]
     Lean,
     /// Burn's `attention` op: under autodiff `attention_fallback`, which keeps the scores

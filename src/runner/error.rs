@@ -132,6 +132,17 @@ pub enum RunError {
         /// What is wrong.
         reason: String,
     },
+    /// A [`StopRequest`](super::StopRequest) (a signal, or the caller) stopped the run
+    /// after `step`, which was finished (and checkpointed where the run checkpoints).
+    #[error("stopped by {} after step {step}; {}", super::stop::signal_name(*.signal), stopped_checkpoint(.checkpoint))]
+    Stopped {
+        /// The last step taken.
+        step: usize,
+        /// The signal that asked, or [`StopRequest::BY_CALLER`](super::StopRequest::BY_CALLER).
+        signal: i32,
+        /// The checkpoint of `step`, where one was saved.
+        checkpoint: Option<PathBuf>,
+    },
 }
 
 impl RunError {
@@ -151,8 +162,27 @@ impl RunError {
             || matches!(self, RunError::Replica { source, .. } if source.is_bad_input())
     }
 
+    /// The exit code a command line should end with: 128 + the signal for a run stopped by
+    /// one (130 for SIGINT, 143 for SIGTERM, as the shell reports a process the signal
+    /// ended), 2 for [bad input](Self::is_bad_input), 1 otherwise.
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            RunError::Stopped { signal, .. } if *signal > 0 => 128 + signal,
+            _ if self.is_bad_input() => 2,
+            _ => 1,
+        }
+    }
+
     pub(super) fn io(path: impl Into<PathBuf>) -> impl FnOnce(std::io::Error) -> RunError {
         let path = path.into();
         move |source| RunError::Io { path, source }
+    }
+}
+
+/// What a stopped run's message says about its checkpoint.
+fn stopped_checkpoint(checkpoint: &Option<PathBuf>) -> String {
+    match checkpoint {
+        Some(path) => format!("its checkpoint is {} (continue with --resume)", path.display()),
+        None => "no checkpoint was saved (the run keeps none)".into(),
     }
 }

@@ -8,7 +8,8 @@
 //! progress. A [`RunDir`] is the run's directory: it is created, resumed, overwritten or
 //! refused there, and holds the step records, the validation log, the checkpoints, the
 //! corpus fingerprint and the resolved options. A run without a directory (a memory soak)
-//! writes nothing.
+//! writes nothing. A [`StopRequest`] (SIGINT or SIGTERM with
+//! [`StopRequest::on_signals`]) ends a run after its current step, checkpointed.
 //!
 //! ```text
 //!   RunDir::open ──▶ RunDir::start_trainer ──▶ Runner::run(trainer, batches, validate, on_event)
@@ -26,6 +27,7 @@ mod outcome;
 mod parallel;
 mod run;
 mod settings;
+mod stop;
 mod validation;
 
 #[cfg(test)]
@@ -40,4 +42,5 @@ pub use outcome::RunOutcome;
 pub use parallel::data_parallel;
 pub use run::Runner;
 pub use settings::RunSettings;
+pub use stop::StopRequest;
 pub use validation::{Validation, ValidationPoint};

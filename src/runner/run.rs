@@ -8,6 +8,7 @@ use super::error::RunError;
 use super::event::RunEvent;
 use super::outcome::RunOutcome;
 use super::settings::RunSettings;
+use super::stop::StopRequest;
 use super::validation::{Validation, ValidationLog, ValidationPoint};
 use crate::memory::{MemoryMonitor, MemoryProbe};
 use crate::trainer::{HybridBatch, HybridModel, HybridTrainer};
@@ -20,13 +21,15 @@ pub struct Runner<'a> {
     dir: Option<&'a RunDir>,
     /// A data-parallel replica other than 0: steps only.
     follower: bool,
+    /// Read after every step.
+    stop: Option<StopRequest>,
 }
 
 impl<'a> Runner<'a> {
     /// A run that writes nothing: no validation log, no checkpoints (settings that ask
     /// for checkpoints are refused by [`run`](Self::run)).
     pub fn new(settings: RunSettings) -> Self {
-        Self { settings, dir: None, follower: false }
+        Self { settings, dir: None, follower: false, stop: None }
     }
 
     /// The run of a data-parallel replica other than 0 (see
@@ -34,13 +37,23 @@ impl<'a> Runner<'a> {
     /// validates and checkpoints for the run; it validates nothing, writes nothing, and
     /// ignores the settings' validation and checkpoint cadences.
     pub fn follower(settings: RunSettings) -> Self {
-        Self { settings, dir: None, follower: true }
+        Self { settings, dir: None, follower: true, stop: None }
     }
 
     /// Writes the validation log and the checkpoints into `dir` (the trainer writes its
     /// step records there when started by [`RunDir::start_trainer`]).
     pub fn in_dir(mut self, dir: &'a RunDir) -> Self {
         self.dir = Some(dir);
+        self
+    }
+
+    /// Stops the run after the step during which `stop` is requested: that step is
+    /// finished, validated if due, and checkpointed (with checkpoints on, where it was
+    /// not due anyway), and [`run`](Self::run) returns [`RunError::Stopped`]. Not for a
+    /// data-parallel replica, whose replicas must stop at the same step: a follower
+    /// ignores it.
+    pub fn with_stop(mut self, stop: StopRequest) -> Self {
+        self.stop = Some(stop);
         self
     }
 
@@ -159,6 +172,20 @@ impl<'a> Runner<'a> {
                     .map_err(|source| RunError::Checkpoint { step, source })?;
                 on_event(RunEvent::Checkpointed { step, path: &path });
                 outcome.last_checkpoint = Some((step, path));
+            }
+            if let Some(signal) = self.stop.as_ref().filter(|_| leads).and_then(StopRequest::requested) {
+                let checkpoint = match (self.dir, &outcome.last_checkpoint) {
+                    (_, Some((saved, path))) if *saved == step => Some(path.clone()),
+                    (Some(dir), _) if settings.checkpoint_every.is_some() => {
+                        let path = trainer
+                            .save_checkpoint(dir.checkpoints_path())
+                            .map_err(|source| RunError::Checkpoint { step, source })?;
+                        on_event(RunEvent::Checkpointed { step, path: &path });
+                        Some(path)
+                    }
+                    _ => None,
+                };
+                return Err(RunError::Stopped { step, signal, checkpoint });
             }
         }
         outcome.statistics = trainer.statistics();

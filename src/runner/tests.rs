@@ -305,3 +305,68 @@ fn each_step_takes_its_micro_batches_from_the_stream() {
     let err = Runner::new(RunSettings::soak(4, 0)).run(&mut trainer, short, batch, score, |_| {}).unwrap_err();
     assert!(matches!(err, RunError::Data { step: 3, .. }), "{err}");
 }
+
+#[test]
+fn a_stop_request_finishes_the_step_checkpoints_it_and_the_run_resumes_from_there() {
+    let out = scratch("stop");
+    let dir = RunDir::open(&out, "full", StartMode::Fresh).unwrap();
+    let mut trainer = start(&dir);
+    // Checkpoints every 100 steps: none is due before the stop.
+    let settings = RunSettings::new(20).with_eval_every(Some(100)).with_checkpoint_every(Some(100));
+    let stop = StopRequest::new();
+    let drawn = Cell::new(0);
+    let mut checkpointed = Vec::new();
+    let on_event = |event: RunEvent<'_>| {
+        if let RunEvent::Step { record, .. } = event {
+            // Asked during step 5, as a signal arriving mid-step would.
+            if record.step + 1 == 5 {
+                stop.request();
+            }
+        }
+        if let RunEvent::Checkpointed { step, .. } = event {
+            checkpointed.push(step);
+        }
+    };
+    let stopped = Runner::new(settings.clone()).in_dir(&dir).with_stop(stop.clone()).run(
+        &mut trainer,
+        stream(&drawn),
+        batch,
+        score,
+        on_event,
+    );
+    match &stopped {
+        Err(RunError::Stopped { step: 5, signal: StopRequest::BY_CALLER, checkpoint: Some(path) }) => {
+            assert!(path.ends_with("ckpt-00000005"), "{}", path.display())
+        }
+        other => panic!("expected a stop after step 5 with its checkpoint, got {other:?}"),
+    }
+    assert_eq!(checkpointed, [5]);
+    assert_eq!(trainer.steps_taken(), 5, "the step in progress was finished, no other begun");
+    assert_eq!(stopped.as_ref().unwrap_err().exit_code(), 1, "no signal: an ordinary failure's code");
+    let stopped_weights = flat(trainer.model());
+
+    // The run resumes from the stopped step: nothing trained was lost.
+    let dir = RunDir::open(&out, "full", StartMode::Resume).unwrap();
+    let resumed = start(&dir);
+    assert_eq!(resumed.steps_taken(), 5);
+    assert_close(&flat(resumed.model()), &stopped_weights, "weights at the stop");
+
+    // Control: the same run without the request runs to its end, and saves only then.
+    let again = scratch("stop-control");
+    let dir = RunDir::open(&again, "full", StartMode::Fresh).unwrap();
+    let mut trainer = start(&dir);
+    let outcome = Runner::new(settings).in_dir(&dir).run(&mut trainer, stream(&Cell::new(0)), batch, score, |_| {});
+    assert_eq!(outcome.unwrap().last_checkpoint.map(|(step, _)| step), Some(20));
+    for path in [out, again] {
+        let _ = fs::remove_dir_all(path);
+    }
+}
+
+#[test]
+fn a_signal_sets_the_exit_code_and_the_message_says_how_to_continue() {
+    let error = RunError::Stopped { step: 2943, signal: 15, checkpoint: Some("runs/gpt2/checkpoints-hybrid/x".into()) };
+    assert_eq!(error.exit_code(), 143);
+    let message = error.to_string();
+    assert!(message.contains("SIGTERM") && message.contains("2943") && message.contains("--resume"), "{message}");
+    assert_eq!(RunError::Stopped { step: 1, signal: 2, checkpoint: None }.exit_code(), 130);
+}

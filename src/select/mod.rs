@@ -138,7 +138,7 @@ pub struct BackendArgs {
     #[cfg_attr(feature = "cli", arg(long, env = "LEANBURN_ALLOW_SOFTWARE"))]
     pub allow_software: bool,
     /// Where compiled kernels and autotune results are kept between runs (a directory, or
-    /// `off`); default `<user cache dir>/leanburn`. See [`init_kernel_cache`].
+    /// `off`); default `<user cache dir>/leanburn`. See `leanburn::select::init_kernel_cache`.
     #[cfg_attr(feature = "cli", arg(long, env = CACHE_DIR_VAR, value_parser = clap::value_parser!(KernelCache)))]
     pub kernel_cache: Option<KernelCache>,
     /// How the device's memory pool is laid out (wgpu only; see docs/memory.md, "The pool

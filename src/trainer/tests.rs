@@ -542,3 +542,31 @@ fn a_kept_train_output_belongs_to_its_own_step() {
     plain.step(batch(0)).expect("step");
     assert!(plain.take_train_output().is_none());
 }
+
+#[test]
+fn a_checkpoint_of_another_model_is_refused_by_name() {
+    let dir = scratch("another-model");
+    let mut trainer = sgd_trainer(config());
+    trainer.step(batch(0)).expect("step");
+    trainer.save_checkpoint(&dir).expect("save");
+    let resume = |model: Regressor<Train>| {
+        HybridTrainer::<Train, _, _, Batch>::resume(model, SgdConfig::new().init(), &dir, DEVICE)
+    };
+
+    // Four outputs instead of one: the same parameter tensors, other shapes.
+    let wider = Regressor::<Train> { linear: LinearConfig::new(FEATURES, 4).init(&DEVICE) };
+    match resume(wider) {
+        Err(TrainerError::Checkpoint { reason, .. }) => {
+            assert!(
+                reason.contains("does not fit") && reason.contains("[4, 1]") && reason.contains("[4, 4]"),
+                "{reason}"
+            )
+        }
+        Err(other) => panic!("another error: {other}"),
+        Ok(_) => panic!("a checkpoint of another shape was loaded"),
+    }
+    // Control: the model it was saved from resumes.
+    let resumed = resume(Regressor::new(&DEVICE)).expect("the same model resumes");
+    assert_eq!(weights(resumed.model()), weights(trainer.model()));
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -3,7 +3,7 @@
 //! Model, optimizer, and the trainer state with the predictor, are encoded with Burn's
 //! `NamedMpkBytesRecorder` at full precision: its decoder reports corrupt bytes as an
 //! error, where the bincode recorder would panic, and MessagePack keeps every float
-//! exact. The state is also written to `trainer.json` for people (see `checkpoint.rs`).
+//! exact. The state is also written to `trainer.json` for people (see [`files`]).
 
 use std::path::{Path, PathBuf};
 
@@ -15,6 +15,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::memory::MemoryProbe;
 use crate::trainer::checkpoint::files::{self, CheckpointPayload};
+use crate::trainer::checkpoint::fit;
 use crate::trainer::checkpoint::state::TrainerState;
 use crate::trainer::error::TrainerError;
 use crate::trainer::hybrid::HybridTrainer;
@@ -102,7 +103,7 @@ where
         let model_record =
             <CheckpointRecorder as Recorder<B>>::load::<<M as Module<B>>::Record>(&recorder, model, &device)
                 .map_err(|err| undecodable("model.bin", err))?;
-        let model = <M as Module<B>>::load_record(model_template, model_record);
+        let model = fit::load_fitting::<B, M>(model_template, model_record, &path)?;
         let optimizer_record = <CheckpointRecorder as Recorder<B>>::load::<<O as Optimizer<M, B>>::Record>(
             &recorder,
             optimizer_bytes,

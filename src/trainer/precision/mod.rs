@@ -28,7 +28,7 @@ pub enum Precision {
     Bf16,
     /// Compute in IEEE half precision: 11 bits of mantissa, largest finite value 65,504.
     /// Small gradients underflow to zero and large ones overflow, so it is trained with a
-    /// [`LossScaler`].
+    /// loss scaler (`LossScaler`).
     F16,
 }
 
