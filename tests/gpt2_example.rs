@@ -98,6 +98,13 @@ fn both_modes_run_end_to_end_write_their_files_and_resume() {
     assert!(validation.lines().last().unwrap().starts_with("12,"), "the last step is validated:\n{validation}");
     let plot = fs::read_to_string(out.join("gpt2.svg")).unwrap();
     assert!(plot.contains("<svg") && plot.contains("hybrid") && plot.contains("full"), "both modes in the plot");
+    // A smoothed train line over the raw one, a panel against training seconds, the steps
+    // the predict phase changed marked (a block was judged), and whole-step ticks
+    // (`write_plot` prints no number that ends in ".0": it once read "500.0").
+    for needle in ["train (smoothed; raw faint)", "loss against training seconds", "hybrid: "] {
+        assert!(plot.contains(needle), "the plot lacks {needle:?}");
+    }
+    assert!(!plot.contains(".0</text>"), "a tick label ends in .0");
 
     // Resume the full run to step 9: three more records, appended.
     let resumed = cpu_run(&out, &["--mode", "full", "--steps", "9", "--resume"]);
