@@ -17,7 +17,17 @@
 //! - `skip`: the ablation. It replays the hybrid run's schedule on an all-full trainer,
 //!   with its predicted steps passed over (`skip_step`: the batch is drawn and dropped,
 //!   the learning rate moves on) instead of predicted. It shows what the predicted
-//!   updates add over simply leaving those steps out.
+//!   updates add over simply leaving those steps out;
+//! - `select`: all-full steps that score their batch forward only and train on the
+//!   examples `--select` chooses (`HybridTrainer::with_selection`; by default the half
+//!   with the highest losses, from 50% to 90% of the run, as Composer's
+//!   `selective_backprop`);
+//! - `average`: all-full steps with a moving average of the weights
+//!   (`HybridTrainer::with_weight_average`, `--average decay=F,from=F`). At each
+//!   evaluation the average and the live weights are both scored forward only on a probe
+//!   set of `--average-probe` training windows (drawn with their own seed; the time it
+//!   takes counts as training time), and the better of the two is the run's model: its
+//!   validation loss is the run's.
 //!
 //! `--hybrid name=value,...` overrides fields of the hybrid run's [`HybridConfig`] (for
 //! ablations of the guard), and `--probe-batches N` gives it a held-out probe set of N
@@ -45,7 +55,9 @@ use clap::Parser;
 use leanburn::data::{evaluation_windows, Corpus, Gpt2Tokenizer, HostBatch, Split, TokenDataset, WindowSampler};
 use leanburn::model::{Gpt2, Gpt2Config};
 use leanburn::select::{select, BackendArgs, BackendJob, TrainBackend};
-use leanburn::trainer::{HybridConfig, HybridTrainer, LrSchedule, StepReport};
+use leanburn::trainer::{
+    AverageConfig, HybridConfig, HybridTrainer, LrSchedule, SelectionConfig, SelectionRule, StepReport,
+};
 
 #[derive(Parser, Debug, Clone)]
 #[command(about = "HybridTrainer against all-full training and its ablation: time to the all-full loss")]
@@ -103,6 +115,19 @@ struct Args {
     /// [`HybridConfig`]'s field names (e.g. `max_scale=1.0,max_horizon=8`).
     #[arg(long = "hybrid", value_delimiter = ',')]
     hybrid_overrides: Vec<String>,
+    /// The `select` run's selection, `name=value,...`: `keep=F` (the top fraction) or
+    /// `beta=F` (Selective-Backprop's `rank^beta` rule), `from=F` and `until=F` (fractions
+    /// of the run), `full_every=N` (every N-th selecting step trains on the whole batch).
+    #[arg(long = "select", value_delimiter = ',', default_value = "keep=0.5,from=0.5,until=0.9")]
+    selection: Vec<String>,
+    /// The `average` run's weight average, `name=value,...`: `decay=F` (the moving
+    /// average's), `from=F` (the fraction of the run it starts at).
+    #[arg(long = "average", value_delimiter = ',', default_value = "decay=0.99,from=0.5")]
+    average: Vec<String>,
+    /// Training-split windows the `average` run chooses between its average and its live
+    /// weights on.
+    #[arg(long, default_value_t = 8)]
+    average_probe: usize,
     /// Accepted for `cargo bench` compatibility.
     #[arg(long, hide = true)]
     bench: bool,
@@ -114,6 +139,8 @@ enum RunKind {
     Short,
     Hybrid,
     Skip,
+    Select,
+    Average,
 }
 
 impl RunKind {
@@ -123,6 +150,8 @@ impl RunKind {
             RunKind::Short => "all-full, short",
             RunKind::Hybrid => "hybrid",
             RunKind::Skip => "skip (ablation)",
+            RunKind::Select => "select",
+            RunKind::Average => "average",
         }
     }
 }
@@ -135,11 +164,15 @@ struct RunResult {
     skipped: usize,
     /// (step, cumulative training seconds, validation loss), the first at step 0.
     evaluations: Vec<(usize, f64, f64)>,
+    /// Seconds spent outside the steps that count as training (the average's probes).
+    extra_seconds: f64,
+    /// Evaluations at which the weight average was the better model.
+    average_chosen: usize,
 }
 
 impl RunResult {
     fn train_seconds(&self) -> f64 {
-        self.records.iter().map(|r| r.seconds).sum()
+        self.records.iter().map(|r| r.seconds).sum::<f64>() + self.extra_seconds
     }
 
     fn steps(&self) -> usize {
@@ -175,6 +208,16 @@ impl RunResult {
         full.sort_by(f64::total_cmp);
         let median = full[full.len() / 2];
         (median > 0.0).then(|| predicted.iter().sum::<f64>() / predicted.len() as f64 / median)
+    }
+
+    /// Of the examples the selecting steps scored, the share they trained on.
+    fn selected_share(&self) -> Option<f64> {
+        let (scored, kept) = self
+            .records
+            .iter()
+            .filter_map(|r| r.selection)
+            .fold((0, 0), |(scored, kept), c| (scored + c.scored, kept + c.kept));
+        (scored > 0).then(|| kept as f64 / scored as f64)
     }
 
     fn final_loss(&self) -> f64 {
@@ -271,6 +314,14 @@ impl Bench {
         };
         let mut trainer =
             HybridTrainer::new(model, optimizer, config, lr, device.clone()).map_err(|e| e.to_string())?;
+        if kind == RunKind::Select {
+            let selection = selection_config(&args.selection, steps)?.with_seed(seed);
+            trainer = trainer.with_selection(selection).map_err(|e| e.to_string())?;
+        }
+        if kind == RunKind::Average {
+            let average = average_config(&args.average, steps)?;
+            trainer = trainer.with_weight_average(average).map_err(|e| e.to_string())?;
+        }
         if kind == RunKind::Hybrid && args.probe_batches > 0 {
             let mut sampler =
                 WindowSampler::new(args.batch, args.seq, seed ^ 0x5eed_0f9b).map_err(|e| e.to_string())?;
@@ -286,12 +337,42 @@ impl Bench {
             trainer = trainer.with_metrics(dir.join(name)).map_err(|e| e.to_string())?;
         }
         let mut sampler = WindowSampler::new(args.batch, args.seq, seed).map_err(|e| e.to_string())?;
-        let mut result = RunResult { kind, records: Vec::with_capacity(steps), skipped: 0, evaluations: Vec::new() };
-        let evaluate_now = |trainer: &HybridTrainer<B, Gpt2<B>, _, _>| -> f64 {
-            trainer.model().valid().evaluate(&self.validation, device)
+        let mut result = RunResult {
+            kind,
+            records: Vec::with_capacity(steps),
+            skipped: 0,
+            evaluations: Vec::new(),
+            extra_seconds: 0.0,
+            average_chosen: 0,
+        };
+        // The average run's probe set: training windows with their own seed.
+        let average_probe = if kind == RunKind::Average {
+            let mut sampler =
+                WindowSampler::new(args.batch, args.seq, seed ^ 0x0a7e_5a11).map_err(|e| e.to_string())?;
+            (0..args.average_probe.max(1))
+                .map(|_| sampler.sample(self.data.train(), Split::Train))
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| e.to_string())?
+        } else {
+            Vec::new()
+        };
+        // The validation loss of the run's model: the live weights, or for the average run
+        // whichever of live and average scores better on its probe set (timed: a run
+        // using the average pays for that choice), and whether the average won.
+        let evaluate_now = |trainer: &HybridTrainer<B, Gpt2<B>, _, _>| -> (f64, f64, bool) {
+            let live = trainer.model().valid();
+            let Some(average) = trainer.averaged_model().map(|m| m.valid()) else {
+                return (live.evaluate(&self.validation, device), 0.0, false);
+            };
+            let started = Instant::now();
+            let (on_live, on_average) =
+                (live.evaluate(&average_probe, device), average.evaluate(&average_probe, device));
+            let probe_seconds = started.elapsed().as_secs_f64();
+            let better = if on_average < on_live { average } else { live };
+            (better.evaluate(&self.validation, device), probe_seconds, on_average < on_live)
         };
         if evaluate {
-            result.evaluations.push((0, 0.0, evaluate_now(&trainer)));
+            result.evaluations.push((0, 0.0, evaluate_now(&trainer).0));
         }
         let started = Instant::now();
         for step in 1..=steps {
@@ -304,7 +385,9 @@ impl Bench {
                 result.records.push(record);
             }
             if evaluate && (step % args.eval_every == 0 || step == steps) {
-                let loss = evaluate_now(&trainer);
+                let (loss, probe_seconds, chose_average) = evaluate_now(&trainer);
+                result.extra_seconds += probe_seconds;
+                result.average_chosen += usize::from(chose_average);
                 result.evaluations.push((step, result.train_seconds(), loss));
                 eprintln!(
                     "seed {seed} {:>16} step {step:>5}/{steps}: val loss {loss:.4}, train {:.1} s, {:.0}% predicted, \
@@ -336,8 +419,8 @@ impl Bench {
             args.seeds,
         );
         println!("Per seed (target: the seed's all-full final loss × {}):\n", 1.0 + args.target_slack);
-        println!("| seed | run | steps | val loss | train s | s to target | × full's | predicted | c | e kept (all) | blocks kept / rolled back |");
-        println!("|---|---|---|---|---|---|---|---|---|---|---|");
+        println!("| seed | run | steps | val loss | train s | s to target | × full's | predicted | selected / averaged | c | e kept (all) | blocks kept / rolled back |");
+        println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
         for (seed, runs) in results {
             let full = runs.iter().find(|r| r.kind == RunKind::Full);
             let target = full.map(|f| f.final_loss() * (1.0 + args.target_slack));
@@ -346,7 +429,7 @@ impl Bench {
                 let reached = target.and_then(|t| run.reached(t));
                 let (kept, rolled) = run.blocks();
                 println!(
-                    "| {seed} | {} | {} | {:.4} | {:.1} | {} | {} | {:.0}% | {} | {} | {} |",
+                    "| {seed} | {} | {} | {:.4} | {:.1} | {} | {} | {:.0}% | {} | {} | {} | {} |",
                     run.kind.label(),
                     run.steps(),
                     run.final_loss(),
@@ -357,6 +440,12 @@ impl Bench {
                         _ => "–".into(),
                     },
                     run.predicted_share() * 100.0,
+                    match (run.selected_share(), run.kind) {
+                        (Some(share), _) => format!("{:.0}%", share * 100.0),
+                        (None, RunKind::Average) =>
+                            format!("average chosen {}/{}", run.average_chosen, run.evaluations.len() - 1),
+                        _ => "–".into(),
+                    },
                     run.cost_ratio().map_or("–".into(), |c| format!("{c:.3}")),
                     match (run.efficiency(true), run.efficiency(false)) {
                         (None, None) => "–".into(),
@@ -418,6 +507,42 @@ fn hybrid_config(overrides: &[String]) -> Result<HybridConfig, String> {
         *slot = serde_json::from_str(raw).unwrap_or_else(|_| serde_json::Value::String(raw.to_string()));
     }
     serde_json::from_value(value).map_err(|e| format!("--hybrid: {e}"))
+}
+
+/// The `select` run's [`SelectionConfig`] from `--select`, its fractions of the run made
+/// steps of a `steps`-step run.
+fn selection_config(items: &[String], steps: usize) -> Result<SelectionConfig, String> {
+    let (mut rule, mut from, mut until, mut full_every) = (SelectionRule::TopFraction { keep: 0.5 }, 0.0, 1.0, 0);
+    for item in items {
+        let (name, raw) = item.split_once('=').ok_or_else(|| format!("--select {item}: expected name=value"))?;
+        let value: f64 = raw.parse().map_err(|_| format!("--select {item}: not a number"))?;
+        match name {
+            "keep" => rule = SelectionRule::TopFraction { keep: value },
+            "beta" => rule = SelectionRule::LossPower { beta: value },
+            "from" => from = value,
+            "until" => until = value,
+            "full_every" => full_every = value as usize,
+            _ => return Err(format!("--select {item}: keep, beta, from, until or full_every")),
+        }
+    }
+    let at = |fraction: f64| (fraction * steps as f64).round() as usize;
+    let until = (until < 1.0).then(|| at(until));
+    Ok(SelectionConfig::new(rule).with_steps(at(from), until).with_full_every(full_every))
+}
+
+/// The `average` run's [`AverageConfig`] from `--average`.
+fn average_config(items: &[String], steps: usize) -> Result<AverageConfig, String> {
+    let mut config = AverageConfig::default();
+    for item in items {
+        let (name, raw) = item.split_once('=').ok_or_else(|| format!("--average {item}: expected name=value"))?;
+        let value: f64 = raw.parse().map_err(|_| format!("--average {item}: not a number"))?;
+        match name {
+            "decay" => config.decay = value,
+            "from" => config.start_step = (value * steps as f64).round() as usize,
+            _ => return Err(format!("--average {item}: decay or from")),
+        }
+    }
+    Ok(config)
 }
 
 /// The L2 norm of every float parameter together.

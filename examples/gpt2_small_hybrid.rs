@@ -42,7 +42,9 @@ use leanburn::runner::{CorpusCheck, RunDir, RunOutcome, Validation};
 use leanburn::select::{
     device_memory, largest_pool_page, select, BackendArgs, BackendJob, BackendKind, Chosen, Selection, TrainBackend,
 };
-use leanburn::trainer::{HybridConfig, HybridTrainer, LrSchedule, Precision, PrecisionConfig};
+use leanburn::trainer::{
+    HybridConfig, HybridTrainer, LrSchedule, Precision, PrecisionConfig, SelectionConfig, SelectionRule,
+};
 
 #[derive(Parser, Debug, Clone)]
 #[command(about = "Train GPT-2 with leanburn's HybridTrainer on real text")]
@@ -139,6 +141,14 @@ struct Args {
     /// these shapes starts warm (docs/gpt2.md).
     #[arg(long, conflicts_with_all = ["resume", "overwrite"])]
     warm_cache: bool,
+    /// Selection (docs/trainer.md): full steps in `--select-range` score their sequences
+    /// forward only and train on this fraction of them, the highest losses; 1 trains on
+    /// every sequence.
+    #[arg(long, default_value_t = 1.0)]
+    select_keep: f64,
+    /// Where selection is on, as fractions of --steps: `FROM,UNTIL`.
+    #[arg(long, value_delimiter = ',', default_value = "0.5,0.9")]
+    select_range: Vec<f64>,
     #[arg(long, default_value_t = 42)]
     seed: u64,
 }
@@ -184,6 +194,7 @@ struct Plan {
     steps: usize,
     lr: f64,
     loss_chunk: Option<usize>,
+    selection: Option<SelectionConfig>,
     dir: RunDir,
     data: TokenDataset,
     validation: Vec<HostBatch>,
@@ -213,6 +224,7 @@ fn run(args: Args, matches: &ArgMatches) -> Result<(), Failure> {
     if !(lr.is_finite() && lr > 0.0) {
         return Err(bad_input(format!("--lr must be a positive number, got {lr}")));
     }
+    let chosen = examples_chosen(&args, steps)?;
     let loss_chunk = match args.loss_chunk {
         Some(0) => None,
         Some(chunk) => Some(chunk as usize),
@@ -276,11 +288,33 @@ fn run(args: Args, matches: &ArgMatches) -> Result<(), Failure> {
     let validation = if validation.is_empty() { evaluation_windows(data.validation(), 1, seq, 1) } else { validation };
 
     let (out, mode, checkpointing) = (args.out.clone(), args.mode, args.execution.checkpointing);
-    let plan = Plan { args, preset, config, batch, seq, steps, lr, loss_chunk, dir, data, validation };
+    let plan =
+        Plan { args, preset, config, batch, seq, steps, lr, loss_chunk, selection: chosen, dir, data, validation };
     let (summary, outcome) = selection.run_with(plan, checkpointing)?;
     println!("{summary}");
     plot_runs(&out, mode, &outcome, "gpt2", "GPT-2");
     Ok(())
+}
+
+/// `--select-keep` below 1: the sequences with the highest losses, over `--select-range`
+/// of the run; `None` at 1.
+fn examples_chosen(args: &Args, steps: usize) -> Result<Option<SelectionConfig>, Failure> {
+    let keep = args.select_keep;
+    if !(keep > 0.0 && keep <= 1.0) {
+        return Err(bad_input(format!("--select-keep must be in (0, 1], got {keep}")));
+    }
+    let [from, until] = args.select_range[..] else {
+        return Err(bad_input("--select-range takes two fractions, FROM,UNTIL".to_string()));
+    };
+    if !(0.0 <= from && from < until && until <= 1.0) {
+        return Err(bad_input(format!("--select-range must be 0 <= FROM < UNTIL <= 1, got {from},{until}")));
+    }
+    let at = |fraction: f64| (fraction * steps as f64).round() as usize;
+    Ok((keep < 1.0).then(|| {
+        SelectionConfig::new(SelectionRule::TopFraction { keep })
+            .with_steps(at(from), Some(at(until).max(at(from) + 1)))
+            .with_seed(args.seed)
+    }))
 }
 
 /// Records the corpus of a new run; checks a resumed run's against its record, refusing
@@ -426,6 +460,9 @@ impl BackendJob for Plan {
             precision: args.execution.precision(),
         };
         let mut trainer = start_trainer(model, optimizer(), &start, &self.dir, device.clone(), None)?;
+        if let Some(selection) = self.selection.clone() {
+            trainer = trainer.with_selection(selection).map_err(|e| bad_input(format!("--select-keep: {e}")))?;
+        }
         let header = |first: usize| {
             format!(
                 "training {} on {} for steps {}..{} ({} mode), peak lr {}{}{}{}",

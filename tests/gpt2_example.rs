@@ -520,3 +520,23 @@ fn sigterm_finishes_the_step_checkpoints_it_and_the_run_resumes_from_there() {
     let lost = cpu_run(&killed_out, &["--mode", "full", "--steps", "10", "--resume"]);
     assert_fails(&lost, 2, "no full checkpoint");
 }
+
+#[test]
+fn selection_trains_on_the_chosen_sequences_and_says_so() {
+    let out = scratch("selection");
+    let _ = fs::remove_dir_all(&out);
+    let run = cpu_run(&out, &["--mode", "full", "--steps", "4", "--select-keep", "0.5", "--select-range", "0.25,1"]);
+    assert!(run.status.success(), "{}", text(&run));
+    let summary = String::from_utf8_lossy(&run.stdout);
+    // Steps 1..4 select one of the two sequences of each batch.
+    assert!(summary.contains("selection: backward on 50% of the 6 examples its steps scored"), "{}", text(&run));
+    let metrics = fs::read_to_string(out.join("metrics-full.jsonl")).unwrap();
+    let selected = metrics.lines().filter(|line| line.contains("\"selection\":{\"scored\":2,\"kept\":1}")).count();
+    assert_eq!(selected, 3, "{metrics}");
+    // Control: without --select-keep nothing is selected.
+    let plain = cpu_run(&scratch("selection-off"), &["--mode", "full", "--steps", "2"]);
+    assert!(!String::from_utf8_lossy(&plain.stdout).contains("selection:"), "{}", text(&plain));
+    for bad in [["--select-keep", "0"], ["--select-range", "0.9,0.5"]] {
+        assert_fails(&cpu_run(&scratch("selection-bad"), &bad), 2, bad[0]);
+    }
+}

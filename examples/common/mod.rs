@@ -443,6 +443,13 @@ pub fn summary(title: &str, outcome: &RunOutcome, dir: &RunDir, item: &str) -> S
         stats.predicted_share * 100.0,
         stats.rollbacks,
     );
+    if let Some(share) = stats.selected_share() {
+        text += &format!(
+            "selection: backward on {:.0}% of the {} examples its steps scored\n",
+            share * 100.0,
+            stats.scored_examples
+        );
+    }
     if stats.overflow_steps > 0 {
         text += &format!("{} steps skipped for overflowed gradients (loss scaling)\n", stats.overflow_steps);
     }

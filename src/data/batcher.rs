@@ -13,7 +13,7 @@ use rand::{Rng, SeedableRng};
 
 use super::dataset::Split;
 use super::error::DataError;
-use crate::trainer::HybridBatch;
+use crate::trainer::{HybridBatch, SelectableBatch};
 
 /// Draws batches of windows at random offsets of a token slice, reproducibly from a seed.
 #[derive(Clone, Debug)]
@@ -190,6 +190,18 @@ impl<B: AutodiffBackend> HybridBatch<B> for TokenBatch<B> {
 
     fn items(&self) -> usize {
         self.tokens()
+    }
+}
+
+/// The chosen sequences, inputs and targets alike.
+impl<B: AutodiffBackend> SelectableBatch<B> for TokenBatch<B> {
+    fn examples(&self) -> usize {
+        self.inputs.dims()[0]
+    }
+
+    fn select(self, indices: &[usize]) -> Self {
+        let (inputs, targets) = (self.inputs, self.targets).select(indices);
+        TokenBatch { inputs, targets }
     }
 }
 

@@ -21,6 +21,13 @@ pub(crate) fn classification<B: Backend>(logits: Tensor<B, 2>, labels: Tensor<B,
     ClassificationOutput::new(loss, logits, labels)
 }
 
+/// Each image's cross-entropy (in f32), `[batch]`: what selection scores examples by.
+pub(crate) fn example_cross_entropy<B: Backend>(logits: Tensor<B, 2>, labels: Tensor<B, 1, Int>) -> Tensor<B, 1> {
+    let count = labels.dims()[0];
+    let log_probabilities = burn::tensor::activation::log_softmax(super::logits_in_f32(logits), 1);
+    log_probabilities.gather(1, labels.reshape([count, 1])).reshape([count]).neg()
+}
+
 /// Mean loss and accuracy of `classify` over `batches`.
 pub(crate) fn evaluate<B: Backend>(
     batches: impl IntoIterator<Item = (Tensor<B, 4>, Tensor<B, 1, Int>)>,
@@ -43,8 +50,8 @@ pub(crate) fn evaluate<B: Backend>(
 /// For an image classifier with a `forward(images) -> logits` method: `classify` (logits
 /// and mean cross-entropy), `evaluate` (mean loss and accuracy), and the steps the trainer
 /// and Burn's learners call: `ForwardLoss` (for mixed precision), `TrainStep` (forward +
-/// backward) and `InferenceStep` (forward only, on any backend: the trainer's predict
-/// steps run it on the inner one).
+/// backward), `InferenceStep` (forward only, on any backend: the trainer's predict steps
+/// run it on the inner one) and `ExampleLosses` (each image's loss, for selection).
 macro_rules! image_classifier {
     ($model:ident) => {
         impl<B: Backend> $model<B> {
@@ -83,6 +90,14 @@ macro_rules! image_classifier {
             fn step(&self, (images, labels): Self::Input) -> burn::train::TrainOutput<Self::Output> {
                 let item = self.classify(images, labels);
                 burn::train::TrainOutput::new(self, item.loss.backward(), item)
+            }
+        }
+
+        impl<B: Backend> $crate::trainer::ExampleLosses<B> for $model<B> {
+            type Input = (Tensor<B, 4>, Tensor<B, 1, Int>);
+
+            fn example_losses(&self, (images, labels): Self::Input) -> Tensor<B, 1> {
+                $crate::model::classification::example_cross_entropy(self.forward(images), labels)
             }
         }
 

@@ -27,9 +27,9 @@ use burn::tensor::ops::AttentionModuleOptions;
 use burn::train::metric::ItemLazy;
 use burn::train::{InferenceStep, TrainOutput, TrainStep};
 
-use crate::trainer::ForwardLoss;
+use crate::trainer::{ExampleLosses, ForwardLoss};
 
-use super::lm_head_loss::{chunked_lm_head_loss, fused_lm_head_loss};
+use super::lm_head_loss::{chunked_lm_head_loss, chunked_lm_head_token_losses, fused_lm_head_loss};
 use crate::data::{HostBatch, TokenBatch};
 use crate::init::materialize_persistent;
 use crate::trainer::StepLoss;
@@ -481,6 +481,20 @@ impl<B: AutodiffBackend + TransformerOps> TrainStep for Gpt2<B> {
         let loss = self.forward_loss(batch);
         let grads = loss.backward();
         TrainOutput::new(self, grads, LanguageModelOutput { loss, tokens })
+    }
+}
+
+/// Each sequence's mean token loss, forward only (selection scores on the inner model),
+/// through the chunked LM head (one chunk of the whole batch without `loss_chunk`).
+impl<B: TransformerOps> ExampleLosses<B> for Gpt2<B> {
+    type Input = TokenBatch<B>;
+
+    fn example_losses(&self, batch: TokenBatch<B>) -> Tensor<B, 1> {
+        let [sequences, seq] = batch.inputs.dims();
+        let chunk = self.loss_chunk().unwrap_or(sequences * seq);
+        let (hidden, targets) = flatten_tokens(self.hidden(batch.inputs), batch.targets);
+        let tokens = chunked_lm_head_token_losses(hidden, self.token_embedding.weight.val(), targets, chunk);
+        tokens.reshape([sequences, seq]).mean_dim(1).reshape([sequences])
     }
 }
 

@@ -97,6 +97,31 @@ pub fn fused_lm_head_loss<B: AutodiffBackend>(
     surrogate + Tensor::from_inner(offset)
 }
 
+/// Each token's cross-entropy (`[tokens]`) of `hidden · weightᵀ` against `targets`, with at
+/// most `chunk` rows of logits alive at once: what selection scores examples by, forward
+/// only. Their mean is [`chunked_lm_head_loss`].
+///
+/// # Panics
+/// If `chunk` is 0.
+pub fn chunked_lm_head_token_losses<B: Backend>(
+    hidden: Tensor<B, 2>,
+    weight: Tensor<B, 2>,
+    targets: Tensor<B, 1, Int>,
+    chunk: usize,
+) -> Tensor<B, 1> {
+    assert!(chunk > 0, "loss chunk must be at least 1 token");
+    let tokens = hidden.dims()[0];
+    let weight_t = weight.transpose();
+    let losses = chunks(tokens, chunk)
+        .map(|(start, len)| {
+            let logits = hidden.clone().narrow(0, start, len).matmul(weight_t.clone());
+            let targets = targets.clone().narrow(0, start, len).reshape([len, 1]);
+            ChunkSoftmax::new(logits_in_f32(logits), targets).row_nll
+        })
+        .collect();
+    Tensor::cat(losses, 0).reshape([tokens])
+}
+
 /// `(start, len)` of consecutive chunks covering `0..tokens`.
 fn chunks(tokens: usize, chunk: usize) -> impl Iterator<Item = (usize, usize)> {
     (0..tokens).step_by(chunk).map(move |start| (start, chunk.min(tokens - start)))
@@ -106,7 +131,9 @@ fn chunks(tokens: usize, chunk: usize) -> impl Iterator<Item = (usize, usize)> {
 /// the loss and its gradient (`softmax = exp / row_sums`), where a log-softmax followed by
 /// `exp` would take two, and each is a pass over `n × vocab` floats.
 struct ChunkSoftmax<B: Backend> {
-    /// Summed negative log-likelihood of the targets: `Σ log(row_sum) − (z_t − max)`.
+    /// Each row's negative log-likelihood of its target, `log(row_sum) − (z_t − max)`, `[n, 1]`.
+    row_nll: Tensor<B, 2>,
+    /// Their sum, `[1]`.
     nll: Tensor<B, 1>,
     /// `exp(z − rowmax(z))`, `[n, vocab]`.
     exp: Tensor<B, 2>,
@@ -121,8 +148,9 @@ impl<B: Backend> ChunkSoftmax<B> {
         let picked = shifted.clone().gather(1, targets);
         let exp = shifted.exp();
         let row_sums = exp.clone().sum_dim(1);
-        let nll = (row_sums.clone().log() - picked).sum();
-        Self { nll, exp, row_sums }
+        let row_nll = row_sums.clone().log() - picked;
+        let nll = row_nll.clone().sum();
+        Self { row_nll, nll, exp, row_sums }
     }
 }
 
@@ -157,6 +185,25 @@ mod tests {
             let expected = reference(h.clone(), w.clone(), t.clone()).into_scalar();
             let got = chunked_lm_head_loss(h, w, t, chunk).into_scalar();
             assert!((expected - got).abs() < 1e-5, "{tokens}×{vocab}, chunk {chunk}: {got} vs {expected}");
+        }
+    }
+
+    #[test]
+    fn token_losses_are_burns_per_token_cross_entropy_and_average_to_the_loss() {
+        for (tokens, d, vocab, chunk) in [(10, 4, 7, 3), (17, 8, 33, 5), (9, 5, 11, 100)] {
+            let (h, w, t) = case(tokens, d, vocab, 5 + tokens as u64);
+            let got = chunked_lm_head_token_losses(h.clone(), w.clone(), t.clone(), chunk)
+                .into_data()
+                .to_vec::<f32>()
+                .unwrap();
+            assert_eq!(got.len(), tokens);
+            for (i, &loss) in got.iter().enumerate() {
+                let expected = reference(h.clone().narrow(0, i, 1), w.clone(), t.clone().narrow(0, i, 1)).into_scalar();
+                assert!((expected - loss).abs() < 1e-5, "token {i}: {loss} vs {expected}");
+            }
+            let mean = got.iter().sum::<f32>() / tokens as f32;
+            let loss = chunked_lm_head_loss(h, w, t, chunk).into_scalar();
+            assert!((mean - loss).abs() < 1e-5, "{mean} vs {loss}");
         }
     }
 

@@ -13,7 +13,7 @@ pub use classification::Evaluation;
 pub use conv_classifier::{ConvBlock, ConvClassifier, ConvClassifierConfig};
 pub use gpt2::{Gpt2, Gpt2Attention, Gpt2Config, Gpt2ConfigError, LanguageModelOutput, GPT2_PRESETS, GPT2_VOCAB};
 pub use gpt2_memory::{Gpt2MemoryEstimate, Gpt2PoolReserve, PoolPages};
-pub use lm_head_loss::{chunked_lm_head_loss, fused_lm_head_loss};
+pub use lm_head_loss::{chunked_lm_head_loss, chunked_lm_head_token_losses, fused_lm_head_loss};
 pub use loss_precision::logits_in_f32;
 pub use resnet::{BasicBlock, ConvNorm, ResNet, ResNetConfig};
 pub use small_cnn::{SmallCnn, SmallCnnConfig};

@@ -234,6 +234,18 @@ pub enum ConfigError {
         /// Its value.
         value: f64,
     },
+    /// A selection setting is out of range: `keep` outside `(0, 1]`, `beta` negative or not
+    /// finite, or `until_step` not after `from_step`.
+    #[error("selection: {field} is out of range ({value}): keep in (0, 1], beta >= 0, until_step after from_step")]
+    Selection {
+        /// The field.
+        field: &'static str,
+        /// Its value.
+        value: f64,
+    },
+    /// The weight average's `decay` is outside `[0, 1)`.
+    #[error("the weight average's decay must be in [0, 1), got {0}")]
+    AverageDecay(f64),
 }
 
 fn in_unit_open(value: f64) -> bool {

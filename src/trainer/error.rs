@@ -26,6 +26,15 @@ pub enum TrainerError {
         /// What is wrong.
         reason: String,
     },
+    /// Selection: the model's [`ExampleLosses`](super::ExampleLosses) gave another number
+    /// of losses than the batch has examples. Nothing was run.
+    #[error("selection: the model scored {losses} examples of a batch of {examples}")]
+    ExampleLosses {
+        /// Examples in the batch.
+        examples: usize,
+        /// Losses the model returned.
+        losses: usize,
+    },
     /// Burn's recorder could not encode or decode a record.
     #[error("record error: {0}")]
     Record(String),

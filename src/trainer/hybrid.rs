@@ -11,6 +11,7 @@ use burn::tensor::{DType, ElementConversion, FloatDType, Tensor};
 use burn::train::{InferenceStep, TrainOutput, TrainStep};
 
 use super::accumulation::MicroBatchGradients;
+use super::averaging::{AverageConfig, AverageState, WeightAverage};
 use super::checkpoint::files::DEFAULT_KEEP;
 use super::checkpoint::state::TrainerState;
 use super::config::HybridConfig;
@@ -28,7 +29,10 @@ use super::predict::predictor::UpdatePredictor;
 use super::predict::snapshot::Snapshot;
 use super::replica::Replica;
 use super::reports::statistics::TrainerStatistics;
+use super::reports::step_report::SelectionCount;
 use super::reports::step_report::{JsonlWriter, StepReport};
+use super::selection::pick::{select_examples, Selector};
+use super::selection::{ExampleLosses, SelectableBatch, SelectionConfig};
 use super::step::{ForwardLoss, HybridBatch, HybridModel, StepLoss};
 use crate::memory::MemoryProbe;
 
@@ -49,6 +53,8 @@ struct StepOutcome {
     efficiency: Option<f64>,
     /// A rejected block's first step that trained as a full step after all.
     ran_full: bool,
+    /// A full step that selected its examples: how many.
+    selection: Option<SelectionCount>,
 }
 
 /// Alternates full training steps with predicted ones; see the [module docs](super).
@@ -86,6 +92,10 @@ where
     pub(super) output: Option<<M as TrainStep>::Output>,
     /// This trainer's place in a data-parallel run (`with_replica`).
     pub(super) replica: Option<Replica>,
+    /// Which examples full steps train on (`with_selection`); not checkpointed.
+    pub(super) selection: Option<Selector<M, T>>,
+    /// The weight average's tensors (`with_weight_average`; its books are in `state`).
+    pub(crate) average: WeightAverage<B::InnerBackend>,
     pub(super) batch: PhantomData<fn(T)>,
 }
 
@@ -139,6 +149,8 @@ where
             keep_outputs: false,
             output: None,
             replica: None,
+            selection: None,
+            average: WeightAverage::new(),
             batch: PhantomData,
         }
     }
@@ -254,6 +266,66 @@ where
     /// This trainer's place in a data-parallel run, if it is in one.
     pub fn replica(&self) -> Option<&Replica> {
         self.replica.as_ref()
+    }
+
+    /// Full steps in `config`'s range score their batch's examples forward only, on the
+    /// inner model, and train on those `config`'s rule chooses (see [`SelectionConfig`]).
+    /// The step records say how many were scored and kept, the statistics the share. Not
+    /// in checkpoints: give a resumed run the same configuration, and it chooses as the
+    /// uninterrupted run would. Fails if `config` breaks a rule.
+    pub fn with_selection(mut self, config: SelectionConfig) -> Result<Self, TrainerError>
+    where
+        M::InnerModule: ExampleLosses<B::InnerBackend, Input = T::Inner>,
+        T: SelectableBatch<B>,
+    {
+        config.validate()?;
+        self.selection = Some(Selector { config, pick: select_examples::<B, M, T> });
+        Ok(self)
+    }
+
+    /// The selection full steps make, if any.
+    pub fn selection(&self) -> Option<&SelectionConfig> {
+        self.selection.as_ref().map(|selector| &selector.config)
+    }
+
+    /// Keeps an exponential moving average of the weights (see [`AverageConfig`]): after
+    /// every step that changed them, from `config.start_step` on. [`averaged_model`]
+    /// gives the model with the average's weights, checkpoints save it, and a resumed run
+    /// continues it exactly (call this again after [`resume`](Self::resume); a new
+    /// `config` takes over the resumed average). Costs one copy of the parameters on the
+    /// device. Fails if `config` breaks a rule.
+    ///
+    /// [`averaged_model`]: Self::averaged_model
+    pub fn with_weight_average(mut self, config: AverageConfig) -> Result<Self, TrainerError> {
+        config.validate()?;
+        self.state.average = Some(match self.state.average.take() {
+            Some(resumed) => AverageState { config, ..resumed },
+            None => AverageState { config, observed: 0 },
+        });
+        Ok(self)
+    }
+
+    /// The weight average's configuration and the updates it has seen, if kept.
+    pub fn weight_average(&self) -> Option<&AverageState> {
+        self.state.average.as_ref()
+    }
+
+    /// The model with the weight average's values (the live model's other state, such as
+    /// batch norm's running statistics, as it is); `None` without an average or before its
+    /// first update. Evaluate it forward only (`valid()`).
+    pub fn averaged_model(&self) -> Option<M> {
+        let params = self.average.params.as_ref()?;
+        Some(Snapshot::Device(params.clone()).restore::<B, M>(self.model.as_ref()?.clone()))
+    }
+
+    /// Folds the weights as they are now into the average, where one is kept and due.
+    fn observe_average(&mut self) {
+        let (Some(books), Some(model)) = (self.state.average.as_mut(), self.model.as_ref()) else { return };
+        if self.state.step < books.config.start_step {
+            return;
+        }
+        self.average.observe(params::collect(&model.valid()), books.config.decay);
+        books.observed += 1;
     }
 
     /// Keeps the newest `keep` checkpoints (at least one) when saving; default 2.
@@ -464,6 +536,7 @@ where
             overflow: outcome.overflow,
             gain: outcome.gain,
             efficiency: outcome.efficiency,
+            selection: outcome.selection,
         };
         self.state.step += 1;
         self.state.statistics.observe(&record);
@@ -525,7 +598,25 @@ where
         let mut single = None;
         let mut loss_sum = None;
         let mut overflow_check: Option<Tensor<B::InnerBackend, 1>> = None;
+        let selecting = self.selection.as_ref().filter(|selector| selector.config.selects_at(self.state.step));
+        let selecting = selecting.map(|selector| (selector.pick, selector.config.clone()));
+        let mut selection = selecting.as_ref().map(|_| SelectionCount::default());
         for batch in micro_batches {
+            let batch = match &selecting {
+                Some((pick, config)) => match pick(&model, batch, config, self.state.step) {
+                    Ok(selected) => {
+                        let count = selection.as_mut().expect("counted while selecting");
+                        count.scored += selected.scored;
+                        count.kept += selected.kept;
+                        selected.batch
+                    }
+                    Err(err) => {
+                        self.model = Some(model);
+                        return Err(err);
+                    }
+                },
+                None => batch,
+            };
             let (grads, loss) = match &compute {
                 Some((forward, copy)) => {
                     let loss = forward(copy, batch.cast_floats(dtype)).cast(FloatDType::F32);
@@ -616,6 +707,7 @@ where
                     gain: None,
                     efficiency: None,
                     ran_full: false,
+                    selection,
                 });
             }
         }
@@ -653,6 +745,7 @@ where
             self.predictor.observe(&deltas, lr);
             alignment
         };
+        self.observe_average();
         self.state.guard.probe.count_full_step();
         self.state.optimizer_step += 1;
         Ok(StepOutcome {
@@ -666,6 +759,7 @@ where
             gain: None,
             efficiency: None,
             ran_full: false,
+            selection,
         })
     }
 
@@ -725,6 +819,7 @@ where
             gain: None,
             efficiency: None,
             ran_full: false,
+            selection: None,
         };
         if !self.state.schedule.is_first_of_phase() {
             micro_batches.for_each(drop);
@@ -788,6 +883,7 @@ where
         if verdict.keep {
             drop((snapshot, batches));
             self.model = Some(model);
+            self.observe_average();
             self.state.optimizer_step += 1;
             self.state.schedule.calibrate(&self.state.config, evidence(&verdict));
             self.state.awaiting_calibration = true;

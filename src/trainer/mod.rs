@@ -49,6 +49,7 @@
 //! through an example.
 
 mod accumulation;
+mod averaging;
 mod checkpoint;
 mod config;
 mod error;
@@ -61,6 +62,7 @@ mod precision;
 mod predict;
 mod replica;
 mod reports;
+mod selection;
 mod step;
 
 #[cfg(test)]
@@ -71,6 +73,7 @@ mod precision_tests;
 pub(crate) mod tests;
 
 // The public surface: what a caller builds, configures, reads and implements.
+pub use averaging::AverageConfig;
 pub use config::{ConfigError, HybridConfig, PredictorPrecision, SnapshotStore};
 pub use error::TrainerError;
 pub use execution::{ExecutionConfig, TrimPolicy};
@@ -82,5 +85,6 @@ pub use predict::phase::Phase;
 pub use predict::predictor::UpdatePredictor;
 pub use replica::Replica;
 pub use reports::statistics::TrainerStatistics;
-pub use reports::step_report::StepReport;
+pub use reports::step_report::{SelectionCount, StepReport};
+pub use selection::{ExampleLosses, SelectableBatch, SelectionConfig, SelectionRule};
 pub use step::{ForwardLoss, HybridBatch, HybridModel, StepLoss};

@@ -99,6 +99,25 @@ pub fn collect<B: Backend, M: Module<B>>(module: &M) -> ParamTensors<B> {
     ParamTensors { params: collector.params }
 }
 
+/// `decay · average + (1 − decay) · live` for every parameter of `average` that `live` has
+/// too, in the average's dtype; the others stay as they are.
+pub fn blend<B: Backend>(average: &ParamTensors<B>, live: &ParamTensors<B>, decay: f64) -> ParamTensors<B> {
+    let params = average
+        .iter()
+        .map(|(id, old)| {
+            let tensor = match live.get(id) {
+                Some(now) if now.tensor.dims() == old.tensor.dims() => {
+                    let now = now.tensor.clone().cast(old.tensor.dtype());
+                    old.tensor.clone().mul_scalar(decay) + now.mul_scalar(1.0 - decay)
+                }
+                _ => old.tensor.clone(),
+            };
+            (*id, FlatParam { tensor, shape: old.shape.clone() })
+        })
+        .collect();
+    ParamTensors { params }
+}
+
 /// `after − before` for every parameter present in both with the same size.
 pub fn differences<B: Backend>(after: &ParamTensors<B>, before: &ParamTensors<B>) -> ParamUpdates<B> {
     after

@@ -19,6 +19,8 @@
 //! - `precision`: f16 training with loss scaling survives an overflow and learns; the f32
 //!   master keeps small updates; an f16 step holds less than an f32 one.
 //! - `rollback`: rollbacks and checkpoint save/resume cycles leave nothing behind.
+//! - `selection`: steps that score their examples (forward only, on the inner model) and
+//!   train on the chosen ones stay flat; scoring on the autodiff model grows.
 
 #[path = "../common/mod.rs"]
 mod common;
@@ -33,6 +35,7 @@ mod precision;
 mod predict;
 mod residency;
 mod rollback;
+mod selection;
 
 use burn::module::{Module, ModuleVisitor, Param};
 use burn::optim::Optimizer;

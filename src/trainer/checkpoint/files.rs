@@ -7,6 +7,7 @@
 //!   model.bin         the model record (Burn NamedMpk, full precision)
 //!   optimizer.bin     the optimizer record (same format)
 //!   trainer.bin       the trainer state and the predictor's averages (MessagePack: exact)
+//!   average.bin       the weight average, as a model record, where the run keeps one
 //!   trainer.json      the trainer state for people and tools: step, phase schedule, scale,
 //!                     confidence, guard, config, statistics
 //! latest              the name of the newest finished checkpoint
@@ -37,6 +38,7 @@ const MODEL_FILE: &str = "model.bin";
 const OPTIMIZER_FILE: &str = "optimizer.bin";
 const TRAINER_BIN_FILE: &str = "trainer.bin";
 const STATE_FILE: &str = "trainer.json";
+const AVERAGE_FILE: &str = "average.bin";
 const LATEST_FILE: &str = "latest";
 const PREFIX: &str = "ckpt-";
 const TMP_SUFFIX: &str = ".tmp";
@@ -59,6 +61,8 @@ pub struct CheckpointPayload {
     pub trainer: Vec<u8>,
     /// `trainer.json`, decoded.
     pub state: TrainerState,
+    /// `average.bin`: the weight average as a model record, where the run keeps one.
+    pub average: Option<Vec<u8>>,
 }
 
 /// The name of the checkpoint of `step`.
@@ -123,6 +127,9 @@ pub fn save(dir: &Path, payload: &CheckpointPayload, keep: usize) -> Result<Path
     write_synced(&staging.join(OPTIMIZER_FILE), &payload.optimizer)?;
     write_synced(&staging.join(TRAINER_BIN_FILE), &payload.trainer)?;
     write_synced(&staging.join(STATE_FILE), &state)?;
+    if let Some(average) = &payload.average {
+        write_synced(&staging.join(AVERAGE_FILE), average)?;
+    }
     sync_dir(&staging)?;
 
     remove_any(&target)?;
@@ -220,7 +227,9 @@ pub fn load_latest(dir: &Path) -> Result<(PathBuf, CheckpointPayload), TrainerEr
             return Err(TrainerError::checkpoint(&checkpoint, format!("{file} is empty")));
         }
     }
-    Ok((checkpoint, CheckpointPayload { model, optimizer, trainer, state }))
+    // Only where the run keeps a weight average.
+    let average = if state.average.is_some() { Some(read_part(&checkpoint, AVERAGE_FILE)?) } else { None };
+    Ok((checkpoint, CheckpointPayload { model, optimizer, trainer, state, average }))
 }
 
 #[cfg(test)]
@@ -246,6 +255,7 @@ mod tests {
                 optimizer_step: step,
                 ..TrainerState::new(config, LrSchedule::Constant { lr: 1e-3 })
             },
+            average: None,
         }
     }
 

@@ -19,6 +19,7 @@ use crate::trainer::checkpoint::fit;
 use crate::trainer::checkpoint::state::TrainerState;
 use crate::trainer::error::TrainerError;
 use crate::trainer::hybrid::HybridTrainer;
+use crate::trainer::params;
 use crate::trainer::predict::predictor::{PredictorState, UpdatePredictor};
 use crate::trainer::step::{HybridBatch, HybridModel};
 
@@ -45,7 +46,7 @@ where
 
     /// Writes a checkpoint of the current step into `dir` and returns its directory. The
     /// layout (`ckpt-XXXXXXXX/` with `model.bin`, `optimizer.bin`, `trainer.bin`,
-    /// `trainer.json`, and a `latest` pointer) is described in `docs/trainer.md`; each
+    /// `trainer.json`, `average.bin` with a weight average, and a `latest` pointer) is described in `docs/trainer.md`; each
     /// checkpoint appears atomically, and only the newest two are kept (see
     /// [`with_checkpoints_kept`](Self::with_checkpoints_kept)).
     ///
@@ -63,7 +64,11 @@ where
         let state = self.state();
         let binary = TrainerBinary { state: state.clone(), predictor: self.predictor.to_record() };
         let trainer = <CheckpointRecorder as Recorder<B>>::save_item(&recorder, binary, ())?;
-        let payload = CheckpointPayload { model, optimizer, trainer, state };
+        let average = match self.averaged_model() {
+            Some(average) => Some(<CheckpointRecorder as Recorder<B>>::record(&recorder, average.into_record(), ())?),
+            None => None,
+        };
+        let payload = CheckpointPayload { model, optimizer, trainer, state, average };
         files::save(dir, &payload, self.keep_checkpoints)
     }
 
@@ -81,7 +86,7 @@ where
         device: B::Device,
     ) -> Result<Self, TrainerError> {
         let (path, payload) = files::load_latest(dir.as_ref())?;
-        let CheckpointPayload { model, optimizer: optimizer_bytes, trainer, state: readable } = payload;
+        let CheckpointPayload { model, optimizer: optimizer_bytes, trainer, state: readable, average } = payload;
         let undecodable = |file: &str, err: burn::record::RecorderError| {
             TrainerError::checkpoint(path.join(file), format!("cannot be decoded: {err}"))
         };
@@ -103,6 +108,17 @@ where
         let model_record =
             <CheckpointRecorder as Recorder<B>>::load::<<M as Module<B>>::Record>(&recorder, model, &device)
                 .map_err(|err| undecodable("model.bin", err))?;
+        // The weight average is a model record too, loaded into a copy of the template.
+        let average = match average.filter(|_| state.average.is_some()) {
+            Some(bytes) => {
+                let record =
+                    <CheckpointRecorder as Recorder<B>>::load::<<M as Module<B>>::Record>(&recorder, bytes, &device)
+                        .map_err(|err| undecodable("average.bin", err))?;
+                let averaged = fit::load_fitting::<B, M>(model_template.clone(), record, &path)?;
+                Some(params::collect(&averaged.valid()))
+            }
+            None => None,
+        };
         let model = fit::load_fitting::<B, M>(model_template, model_record, &path)?;
         let optimizer_record = <CheckpointRecorder as Recorder<B>>::load::<<O as Optimizer<M, B>>::Record>(
             &recorder,
@@ -119,6 +135,8 @@ where
             phase = %state.schedule.current(),
             "resumed"
         );
-        Ok(Self::assemble(model, optimizer, state, predictor, device))
+        let mut trainer = Self::assemble(model, optimizer, state, predictor, device);
+        trainer.average.params = average;
+        Ok(trainer)
     }
 }

@@ -4,6 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::trainer::averaging::AverageState;
 use crate::trainer::config::HybridConfig;
 use crate::trainer::lr::LrSchedule;
 use crate::trainer::precision::LossScaler;
@@ -46,6 +47,10 @@ pub struct TrainerState {
     /// `with_precision` after resuming, so the scale does not start over).
     #[serde(default)]
     pub loss_scaler: Option<LossScaler>,
+    /// The weight average's configuration and count, where the run keeps one (its tensors
+    /// are in `average.bin`).
+    #[serde(default)]
+    pub average: Option<AverageState>,
 }
 
 impl TrainerState {
@@ -65,6 +70,7 @@ impl TrainerState {
             lr,
             statistics: TrainerStatistics::default(),
             loss_scaler: None,
+            average: None,
         }
     }
 }

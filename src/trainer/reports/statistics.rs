@@ -60,6 +60,11 @@ pub struct TrainerStatistics {
     /// Full steps skipped because their gradients overflowed (loss scaling).
     #[serde(default)]
     pub overflow_steps: usize,
+    /// Examples selecting steps scored forward only, and those they trained on.
+    #[serde(default)]
+    pub scored_examples: u64,
+    #[serde(default)]
+    pub selected_examples: u64,
 }
 
 impl TrainerStatistics {
@@ -94,7 +99,17 @@ impl TrainerStatistics {
         if record.loss.is_some() {
             self.last_loss = record.loss;
         }
+        if let Some(selection) = record.selection {
+            self.scored_examples += selection.scored as u64;
+            self.selected_examples += selection.kept as u64;
+        }
         self.refresh();
+    }
+
+    /// Of the examples selecting steps scored, the share they trained on; `None` where no
+    /// step selected.
+    pub fn selected_share(&self) -> Option<f64> {
+        (self.scored_examples > 0).then(|| self.selected_examples as f64 / self.scored_examples as f64)
     }
 
     /// The number of steps with a backward pass.
@@ -121,6 +136,7 @@ mod tests {
 
     fn record(phase: Phase, seconds: f64, in_use: u64, rolled_back: bool) -> StepReport {
         StepReport {
+            selection: None,
             step: 0,
             optimizer_step: 0,
             phase,

@@ -75,6 +75,17 @@ pub struct StepReport {
     /// have gained at the recent pace, where that pace is known and positive.
     #[serde(default, skip_serializing_if = "Option::is_none", with = "finite_or_null")]
     pub efficiency: Option<f64>,
+    /// On a full step that selected its examples: how many it scored and kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selection: Option<SelectionCount>,
+}
+
+/// Examples a selecting step scored (forward only) and kept (forward and backward), over
+/// its micro-batches.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SelectionCount {
+    pub scored: usize,
+    pub kept: usize,
 }
 
 /// Serde for a present `f64` that may be NaN or infinite: JSON has no such numbers, so
@@ -148,6 +159,7 @@ mod tests {
 
     fn record(step: usize, loss: f64) -> StepReport {
         StepReport {
+            selection: None,
             step,
             optimizer_step: step,
             phase: Phase::Predict,
