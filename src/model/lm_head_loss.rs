@@ -36,18 +36,8 @@ pub fn chunked_lm_head_loss<B: Backend>(
     targets: Tensor<B, 1, Int>,
     chunk: usize,
 ) -> Tensor<B, 1> {
-    assert!(chunk > 0, "loss chunk must be at least 1 token");
     let tokens = hidden.dims()[0];
-    let weight_t = weight.transpose();
-    let sum = chunks(tokens, chunk)
-        .map(|(start, len)| {
-            let logits = hidden.clone().narrow(0, start, len).matmul(weight_t.clone());
-            let targets = targets.clone().narrow(0, start, len).reshape([len, 1]);
-            ChunkSoftmax::new(logits_in_f32(logits), targets).nll
-        })
-        .reduce(|a, b| a + b)
-        .expect("at least one chunk");
-    sum.div_scalar(tokens as f64)
+    chunked_lm_head_token_losses(hidden, weight, targets, chunk).sum().div_scalar(tokens as f64)
 }
 
 /// The same loss as [`chunked_lm_head_loss`] with gradients computed chunk by chunk in the
@@ -99,7 +89,7 @@ pub fn fused_lm_head_loss<B: AutodiffBackend>(
 
 /// Each token's cross-entropy (`[tokens]`) of `hidden · weightᵀ` against `targets`, with at
 /// most `chunk` rows of logits alive at once: what selection scores examples by, forward
-/// only. Their mean is [`chunked_lm_head_loss`].
+/// only, and (their mean) the loss of [`chunked_lm_head_loss`].
 ///
 /// # Panics
 /// If `chunk` is 0.

@@ -4,11 +4,10 @@ use std::cell::Cell;
 use std::fs;
 use std::path::PathBuf;
 
-use burn::nn::{Initializer, LinearConfig};
 use burn::optim::{Optimizer, SgdConfig};
 
 use super::*;
-use crate::trainer::tests::{batch, config, weights, Batch, Regressor, Train, DEVICE};
+use crate::trainer::tests::{batch, config, constant_regressor, weights, Batch, Regressor, Train, DEVICE};
 use crate::trainer::{HybridTrainer, LrSchedule};
 
 fn scratch(name: &str) -> PathBuf {
@@ -50,9 +49,8 @@ fn score(_: &Regressor<Train>) -> Validation {
 /// A trainer started in `dir` (new, or resumed where the directory was opened to resume).
 fn start(dir: &RunDir) -> HybridTrainer<Train, Regressor<Train>, impl Optimizer<Regressor<Train>, Train>, Batch> {
     // The same starting weights in every run, so that runs can be compared.
-    let linear = LinearConfig::new(4, 1).with_initializer(Initializer::Constant { value: 0.1 }).init(&DEVICE);
     dir.start_trainer(
-        Regressor { linear },
+        constant_regressor(),
         SgdConfig::new().init(),
         config(),
         LrSchedule::Constant { lr: 0.05 },

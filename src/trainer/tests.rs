@@ -109,12 +109,20 @@ pub(crate) fn sgd_trainer(
     .expect("valid configuration")
 }
 
+/// A regressor whose weights are all 0.1: the same starting point in every run.
+pub(crate) fn constant_regressor() -> Regressor<Train> {
+    use burn::nn::Initializer;
+    Regressor {
+        linear: LinearConfig::new(FEATURES, 1).with_initializer(Initializer::Constant { value: 0.1 }).init(&DEVICE),
+    }
+}
+
 pub(crate) fn weights<B: AutodiffBackend>(model: &Regressor<B>) -> Vec<TensorData> {
     let bias = model.linear.bias.as_ref().expect("bias");
     vec![model.linear.weight.val().inner().into_data(), bias.val().inner().into_data()]
 }
 
-fn scratch(name: &str) -> std::path::PathBuf {
+pub(crate) fn scratch(name: &str) -> std::path::PathBuf {
     let dir = std::env::temp_dir().join(format!("leanburn-trainer-{}-{name}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     dir

@@ -1,11 +1,11 @@
 //! The weight average on the trainer's tiny regression (`Autodiff<Flex>`).
 
-use burn::nn::{Initializer, LinearConfig};
+use burn::nn::LinearConfig;
 use burn::optim::AdamConfig;
 use burn::tensor::TensorData;
 
 use super::AverageConfig;
-use crate::trainer::tests::{batch, weights, Regressor, Train, DEVICE};
+use crate::trainer::tests::{batch, constant_regressor, scratch, weights, Regressor, Train, DEVICE};
 use crate::trainer::{HybridConfig, HybridTrainer, LrSchedule, TrainerError};
 
 fn trainer() -> HybridTrainer<
@@ -14,9 +14,8 @@ fn trainer() -> HybridTrainer<
     impl burn::optim::Optimizer<Regressor<Train>, Train>,
     crate::trainer::tests::Batch,
 > {
-    let linear = LinearConfig::new(4, 1).with_initializer(Initializer::Constant { value: 0.1 }).init(&DEVICE);
     HybridTrainer::new(
-        Regressor { linear },
+        constant_regressor(),
         AdamConfig::new().init(),
         HybridConfig::all_full(),
         LrSchedule::Constant { lr: 0.05 },
@@ -27,12 +26,6 @@ fn trainer() -> HybridTrainer<
 
 fn values(data: &[TensorData]) -> Vec<f32> {
     data.iter().flat_map(|d| d.to_vec::<f32>().unwrap()).collect()
-}
-
-fn scratch(name: &str) -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("leanburn-average-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    dir
 }
 
 #[test]
@@ -66,7 +59,7 @@ fn the_average_is_the_moving_average_of_the_weights_after_each_update() {
 
 #[test]
 fn a_resumed_run_continues_the_average_exactly() {
-    let dir = scratch("resume");
+    let dir = scratch("average-resume");
     let config = AverageConfig::new(0.9);
     let mut original = trainer().with_weight_average(config.clone()).unwrap();
     for step in 0..4 {
@@ -93,7 +86,7 @@ fn a_resumed_run_continues_the_average_exactly() {
         assert!((x - y).abs() <= 1e-6, "{a:?} vs {b:?}");
     }
     // Control: a checkpoint of a run without an average resumes without one.
-    let plain_dir = scratch("resume-plain");
+    let plain_dir = scratch("average-resume-plain");
     let mut plain = trainer();
     plain.step(batch(0)).unwrap();
     plain.save_checkpoint(&plain_dir).unwrap();

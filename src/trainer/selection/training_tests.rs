@@ -1,11 +1,10 @@
 //! Selection end to end on the trainer's tiny regression (`Autodiff<Flex>`).
 
-use burn::nn::{Initializer, LinearConfig};
 use burn::optim::SgdConfig;
 use burn::tensor::{Tensor, TensorData};
 
 use super::{ExampleLosses, SelectableBatch, SelectionConfig, SelectionRule};
-use crate::trainer::tests::{batch, weights, Batch, Regressor, Train, DEVICE, ROWS};
+use crate::trainer::tests::{batch, constant_regressor, weights, Batch, Regressor, Train, DEVICE, ROWS};
 use crate::trainer::{HybridConfig, HybridTrainer, LrSchedule, TrainerError};
 
 /// Each row's squared error.
@@ -20,9 +19,8 @@ impl<B: burn::tensor::backend::Backend> ExampleLosses<B> for Regressor<B> {
 
 /// An all-full trainer on SGD at 0.05 from the same constant weights every time.
 fn trainer() -> HybridTrainer<Train, Regressor<Train>, impl burn::optim::Optimizer<Regressor<Train>, Train>, Batch> {
-    let linear = LinearConfig::new(4, 1).with_initializer(Initializer::Constant { value: 0.1 }).init(&DEVICE);
     HybridTrainer::new(
-        Regressor { linear },
+        constant_regressor(),
         SgdConfig::new().init(),
         HybridConfig::all_full(),
         LrSchedule::Constant { lr: 0.05 },
