@@ -19,7 +19,11 @@
 //!
 //! The task: name the shape in each image (circle, square, triangle or line), drawn at a
 //! random position, size and colour over a random background with pixel noise, generated
-//! on the host from `--seed` (see `leanburn::data::ShapeSampler`). Chance is 25%.
+//! on the host from `--seed` (see `leanburn::data::ShapeSampler`). Chance is 25%. With
+//! `--data DIR` the images are instead a labelled set in MNIST's IDX format (an
+//! `images-idx3-ubyte` / `labels-idx1-ubyte` pair, or MNIST's `train-` files): grey,
+//! square, one channel, every image once per epoch in a seeded order, `--eval-batches` ×
+//! batch images spread over the file held out for validation.
 //!
 //! Written to `--out` (default `runs/cnn`), per mode: `metrics-<mode>.jsonl`,
 //! `validation-<mode>.csv` (loss and accuracy), `checkpoints-<mode>/`, and `cnn.svg`
@@ -38,7 +42,7 @@ use common::{
     train, ExecutionArgs, Failure, Mode, ParallelArgs, Start,
 };
 use leanburn::backend::ConvBudget;
-use leanburn::data::{shapes_validation, ImageBatch, ShapeSampler, SHAPE_CLASSES};
+use leanburn::data::{shapes_validation, IdxImages, IdxSampler, ImageBatch, ShapeSampler, SHAPE_CLASSES};
 use leanburn::model::{ConvClassifier, ConvClassifierConfig, Evaluation, ResNet, ResNetConfig};
 use leanburn::runner::{data_parallel, RunDir, RunError, RunOutcome, Validation};
 use leanburn::select::{select, BackendArgs, BackendJob, ReplicatedJob, TrainBackend};
@@ -87,6 +91,11 @@ struct Args {
     /// Full steps before the first prediction (hybrid mode).
     #[arg(long, default_value_t = HybridConfig::default().warmup_steps as u64, value_parser = clap::value_parser!(u64).range(1..))]
     warmup: u64,
+    /// A directory with labelled images in MNIST's IDX format (`images-idx3-ubyte` and
+    /// `labels-idx1-ubyte`): trained on instead of generated shapes; `--resolution` and
+    /// `--noise` then do not apply.
+    #[arg(long)]
+    data: Option<PathBuf>,
     /// Standard deviation of the pixel noise.
     #[arg(long, default_value_t = 0.05)]
     noise: f32,
@@ -135,7 +144,7 @@ enum NetConfig {
 }
 
 impl NetConfig {
-    fn new(net: Net, widths: Option<Vec<usize>>) -> Result<Self, Failure> {
+    fn new(net: Net, widths: Option<Vec<usize>>, classes: usize, channels: usize) -> Result<Self, Failure> {
         if let Some(widths) = &widths {
             if widths.is_empty() || widths.contains(&0) {
                 return Err(bad_input(format!("--widths must be positive channel counts, got {widths:?}")));
@@ -143,14 +152,14 @@ impl NetConfig {
         }
         Ok(match net {
             Net::Plain => {
-                let config = ConvClassifierConfig::new().with_classes(SHAPE_CLASSES);
+                let config = ConvClassifierConfig::new().with_classes(classes).with_in_channels(channels);
                 Self::Plain(match widths {
                     Some(widths) => config.with_widths(widths),
                     None => config,
                 })
             }
             Net::Resnet18 => {
-                let config = ResNetConfig::new().with_classes(SHAPE_CLASSES);
+                let config = ResNetConfig::new().with_classes(classes).with_in_channels(channels);
                 Self::ResNet(match widths {
                     Some(widths) => config.with_widths(widths),
                     None => config,
@@ -184,7 +193,7 @@ impl NetConfig {
 /// What a resumed run cannot change: its model, its batches and its schedule are in the
 /// checkpoint (`--resume` starts from the run's saved options; see `common::config`).
 const FIXED_ON_RESUME: &[&str] =
-    &["batch", "resolution", "net", "widths", "lr", "warmup", "noise", "seed", "accum", "devices"];
+    &["batch", "resolution", "net", "widths", "lr", "warmup", "noise", "seed", "accum", "devices", "data"];
 
 fn main() {
     common::allocator::keep_freed_memory();
@@ -193,20 +202,39 @@ fn main() {
     exit_on_failure(config::parse_with_config::<Args>(FIXED_ON_RESUME).and_then(|(args, matches)| run(args, &matches)));
 }
 
+/// Where training batches come from.
+enum Source {
+    Shapes(ShapeSampler),
+    Idx(IdxSampler),
+}
+
 /// Everything a run needs, settled before any device work.
 struct Plan {
     args: Args,
     config: NetConfig,
     dir: RunDir,
     validation: Vec<ImageBatch>,
+    /// The training images of `--data` (none: generated shapes).
+    images: Option<IdxImages>,
+    resolution: usize,
 }
 
 fn run(args: Args, matches: &ArgMatches) -> Result<(), Failure> {
-    let config = NetConfig::new(args.net, args.widths.clone())?;
-    if (args.resolution as usize) < config.min_resolution() {
+    // `--data`'s images are read first: their classes, channels and side shape the net.
+    let images = match &args.data {
+        Some(dir) => Some(IdxImages::load(dir).map_err(|e| bad_input(format!("--data: {e}")))?),
+        None => None,
+    };
+    let (classes, channels, resolution) = match &images {
+        Some(images) => (images.classes(), 1, images.side()),
+        None => (SHAPE_CLASSES, 3, args.resolution as usize),
+    };
+    let config = NetConfig::new(args.net, args.widths.clone(), classes, channels)?;
+    if resolution < config.min_resolution() {
         return Err(bad_input(format!(
-            "--resolution {} is too small for {} {}: at least {}",
-            args.resolution,
+            "{} {} is too small for {} {}: at least {}",
+            if images.is_some() { "the --data images' side" } else { "--resolution" },
+            resolution,
             config.widths().len(),
             match config {
                 NetConfig::Plain(_) => "blocks, which halve it each",
@@ -238,15 +266,25 @@ fn run(args: Args, matches: &ArgMatches) -> Result<(), Failure> {
     let mut resolved = config::resolved(&Args::command(), matches);
     resolved.insert("backend".into(), selection.kind().name().into());
     config::save(resolved, &dir.options_path())?;
-    let resolution = args.resolution as usize;
     // Batches of the effective batch's size: a data-parallel run validates on the images a
     // one-device run with that batch does.
     let replicas = devices.as_ref().map_or(1, Vec::len);
     let eval_batch = (args.batch as usize * replicas).min(64);
-    let validation = shapes_validation(resolution, eval_batch, args.eval_batches as usize, args.seed)
-        .map_err(|e| bad_input(e.to_string()))?;
+    let eval_batches = args.eval_batches as usize;
+    let (validation, images) = match images {
+        // Images spread over the file are held out; the rest are trained on.
+        Some(images) => {
+            let (train, held_out) =
+                images.split_off(eval_batch * eval_batches).map_err(|e| bad_input(format!("--data: {e}")))?;
+            (held_out.batches(eval_batch, eval_batches), Some(train))
+        }
+        None => (
+            shapes_validation(resolution, eval_batch, eval_batches, args.seed).map_err(|e| bad_input(e.to_string()))?,
+            None,
+        ),
+    };
     let (out, mode, checkpointing, conv) = (args.out.clone(), args.mode, args.execution.checkpointing, args.conv);
-    let plan = Plan { args, config, dir, validation };
+    let plan = Plan { args, config, dir, validation, images, resolution };
     let (summary, outcome) = match (devices, conv) {
         (Some(devices), conv) => selection.run_replicated(&devices, plan, conv == ConvPath::Lean, checkpointing)?,
         (None, ConvPath::Lean) => selection.run_lean_with(plan, checkpointing)?,
@@ -345,7 +383,7 @@ impl Plan {
         };
         let mut trainer = start_trainer(model, AdamConfig::new().init(), &start, &self.dir, device.clone(), replica)?;
         let replicas = replica.map_or(1, |replica| replica.replicas());
-        let resolution = args.resolution as usize;
+        let resolution = self.resolution;
         let header = |first: usize| {
             format!(
                 "training a {parameters}-parameter {} on {} for steps {}..{steps} ({} mode): \
@@ -375,10 +413,23 @@ impl Plan {
         // Each replica draws its own images; replica 0 the stream a one-device run draws.
         let rank = replica.map_or(0, |replica| replica.rank()) as u64;
         let seed = args.seed.wrapping_add(rank.wrapping_mul(0x9e37_79b9_7f4a_7c15));
-        let mut sampler = ShapeSampler::new(resolution, args.batch as usize, seed)
-            .map_err(|e| bad_input(e.to_string()))?
-            .with_noise(args.noise);
-        let next_batch = || Ok(sampler.sample());
+        let batch = args.batch as usize;
+        let mut source = match &self.images {
+            Some(images) => {
+                Source::Idx(IdxSampler::new(images.clone(), batch, seed).map_err(|e| bad_input(e.to_string()))?)
+            }
+            None => Source::Shapes(
+                ShapeSampler::new(resolution, batch, seed)
+                    .map_err(|e| bad_input(e.to_string()))?
+                    .with_noise(args.noise),
+            ),
+        };
+        let next_batch = || {
+            Ok(match &mut source {
+                Source::Shapes(sampler) => sampler.sample(),
+                Source::Idx(sampler) => sampler.sample(),
+            })
+        };
         let to_device = |batch: ImageBatch| batch.into_device::<B>(&device);
         let validate = |model: &M| {
             let evaluation = evaluate(&model.valid(), self.validation.iter().map(|b| b.to_device(&device)).collect());
@@ -402,7 +453,11 @@ impl Plan {
             1 => B::name(&device),
             n => format!("{n} replicas on {}", B::name(&device)),
         };
-        let title = format!("{} on shapes ({} mode) on {on}", self.config.describe(), args.mode.name());
+        let task = match &args.data {
+            Some(dir) => format!("the IDX images in {}", dir.display()),
+            None => "shapes".to_string(),
+        };
+        let title = format!("{} on {task} ({} mode) on {on}", self.config.describe(), args.mode.name());
         Ok(Some((summary(&title, &outcome, &self.dir, "images"), outcome)))
     }
 }

@@ -199,3 +199,48 @@ fn a_resume_refuses_another_image_size_or_net() {
     assert!(bare_resume.status.success(), "{}", text(&bare_resume));
     assert_eq!(read(&out.join("metrics-full.jsonl")).lines().count(), 5);
 }
+
+/// Writes an IDX pair of `count` 16 × 16 grey images into `dir`: label `i % 10`, a bright
+/// bar whose row is the label (so the classes can be told apart).
+fn write_idx_pair(dir: &Path, count: usize) {
+    fs::create_dir_all(dir).unwrap();
+    let mut images = Vec::new();
+    for word in [0x0803u32, count as u32, 16, 16] {
+        images.extend(word.to_be_bytes());
+    }
+    let mut labels = Vec::new();
+    for word in [0x0801u32, count as u32] {
+        labels.extend(word.to_be_bytes());
+    }
+    for i in 0..count {
+        let label = i % 10;
+        images.extend((0..256).map(|p| if p / 16 == label + 3 { 255u8 } else { (p * 7 % 40) as u8 }));
+        labels.push(label as u8);
+    }
+    fs::write(dir.join("images-idx3-ubyte"), images).unwrap();
+    fs::write(dir.join("labels-idx1-ubyte"), labels).unwrap();
+}
+
+/// `--data DIR`: an IDX pair (MNIST's format) is trained on, one channel, ten classes, the
+/// last images held out; broken files are refused before anything runs.
+#[test]
+fn idx_images_train_in_place_of_shapes() {
+    let data = scratch("idx-data");
+    write_idx_pair(&data, 120);
+    let out = scratch("idx-run");
+    let data_arg = data.to_str().unwrap();
+    let run = cpu_run(&out, &["--mode", "full", "--steps", "6", "--data", data_arg]);
+    assert!(run.status.success(), "{}", text(&run));
+    let summary = String::from_utf8_lossy(&run.stdout);
+    assert!(summary.contains("on the IDX images in"), "{}", text(&run));
+    assert!(String::from_utf8_lossy(&run.stderr).contains("of 16×16 images"), "{}", text(&run));
+    assert_eq!(read(&out.join("metrics-full.jsonl")).lines().count(), 6);
+    // Control: without --data the run is on shapes.
+    let shapes = cpu_run(&scratch("idx-control"), &["--mode", "full", "--steps", "1"]);
+    assert!(String::from_utf8_lossy(&shapes.stdout).contains("on shapes"), "{}", text(&shapes));
+    // A truncated image file, and a directory without a pair, are bad input.
+    let images = fs::read(data.join("images-idx3-ubyte")).unwrap();
+    fs::write(data.join("images-idx3-ubyte"), &images[..images.len() - 5]).unwrap();
+    assert_fails(&cpu_run(&scratch("idx-bad"), &["--data", data_arg]), "pixel bytes");
+    assert_fails(&cpu_run(&scratch("idx-none"), &["--data", out.to_str().unwrap()]), "no IDX pair");
+}

@@ -1,5 +1,6 @@
 //! Text data for language-model training: a corpus on disk to batches on the device;
-//! and [`ShapeSampler`], generated images of shapes for the conv-net example.
+//! [`ShapeSampler`], generated images of shapes for the conv-net example; and
+//! [`IdxImages`], labelled images in MNIST's IDX format.
 //!
 //! ```text
 //!  files ──Corpus──▶ host text ──Gpt2Tokenizer──▶ host tokens (Vec<u32>)
@@ -34,6 +35,7 @@ mod corpus;
 mod dataset;
 mod error;
 mod fingerprint;
+mod idx;
 mod shapes;
 mod tokenizer;
 
@@ -42,5 +44,6 @@ pub use corpus::{cargo_registry_dir, Corpus, CorpusSource};
 pub use dataset::{Split, TokenDataset};
 pub use error::DataError;
 pub use fingerprint::CorpusFingerprint;
+pub use idx::{IdxImages, IdxSampler};
 pub use shapes::{shapes_dataset, shapes_validation, ImageBatch, ShapeBatcher, ShapeKind, ShapeSampler, SHAPE_CLASSES};
 pub use tokenizer::{Gpt2Tokenizer, END_OF_TEXT, GPT2_VOCAB_SIZE};

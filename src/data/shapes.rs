@@ -109,7 +109,7 @@ impl ShapeSampler {
             images.extend(self.draw(kind));
             labels.push(kind.label() as i64);
         }
-        ImageBatch { images, labels, batch: self.batch, resolution: self.resolution }
+        ImageBatch { images, labels, batch: self.batch, resolution: self.resolution, channels: 3 }
     }
 
     /// One `[3, resolution, resolution]` image of `kind`.
@@ -200,7 +200,7 @@ impl Geometry {
     }
 }
 
-/// Images `[batch, 3, resolution, resolution]` (values in `[0, 1]`) and their labels, in
+/// Images `[batch, channels, resolution, resolution]` (values in `[0, 1]`) and their labels, in
 /// host memory.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ImageBatch {
@@ -208,6 +208,8 @@ pub struct ImageBatch {
     pub labels: Vec<i64>,
     pub batch: usize,
     pub resolution: usize,
+    /// Colour channels: 3 for the shapes, 1 for grey images.
+    pub channels: usize,
 }
 
 impl ImageBatch {
@@ -217,7 +219,7 @@ impl ImageBatch {
     }
 
     fn shape(&self) -> [usize; 4] {
-        [self.batch, 3, self.resolution, self.resolution]
+        [self.batch, self.channels, self.resolution, self.resolution]
     }
 
     /// A device copy, as the `(images, labels)` pair the classifiers take.
@@ -259,6 +261,7 @@ impl<B: Backend> Batcher<B, ImageBatch, (Tensor<B, 4>, Tensor<B, 1, Int>)> for S
             images: items.iter().flat_map(|item| item.images.iter().copied()).collect(),
             labels: items.iter().flat_map(|item| item.labels.iter().copied()).collect(),
             resolution,
+            channels: items.first().map_or(3, |item| item.channels),
         };
         batch.into_device(device)
     }

@@ -1,0 +1,289 @@
+//! Labelled images in MNIST's own IDX format: the pair of files users have on disk.
+//!
+//! An image file is a big-endian header `0x00000803, count, rows, cols` and then one byte
+//! per pixel; a label file `0x00000801, count` and one byte per label. [`IdxImages::load`]
+//! reads a directory holding one such pair (`images-idx3-ubyte` and `labels-idx1-ubyte`,
+//! or MNIST's `train-images-idx3-ubyte` and `train-labels-idx1-ubyte`), checks every
+//! header against the file's length and the other file, and keeps the bytes in host
+//! memory; batches are scaled to `[0, 1]` as they are cut ([`IdxImages::batch`]), and a
+//! validation set is held out spread over the file ([`IdxImages::split_off`]).
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use rand::rngs::SmallRng;
+use rand::seq::SliceRandom;
+use rand::SeedableRng;
+
+use super::error::DataError;
+use super::shapes::ImageBatch;
+
+const IMAGES_MAGIC: u32 = 0x0000_0803;
+const LABELS_MAGIC: u32 = 0x0000_0801;
+/// The file names looked for, images and labels, in order.
+const NAMES: [(&str, &str); 2] =
+    [("images-idx3-ubyte", "labels-idx1-ubyte"), ("train-images-idx3-ubyte", "train-labels-idx1-ubyte")];
+
+/// Square grey images and their class labels, in host memory.
+#[derive(Clone, Debug, PartialEq)]
+pub struct IdxImages {
+    pixels: Vec<u8>,
+    labels: Vec<u8>,
+    side: usize,
+    classes: usize,
+}
+
+impl IdxImages {
+    /// Reads the IDX pair in `dir`. Fails, naming the file, where it is missing, its
+    /// header is not an IDX image or label header, its length disagrees with its header,
+    /// the two counts differ, or the images are not square.
+    pub fn load(dir: impl AsRef<Path>) -> Result<Self, DataError> {
+        let dir = dir.as_ref();
+        if !dir.is_dir() {
+            return Err(DataError::NotFound { path: dir.to_path_buf() });
+        }
+        let (images, labels) = NAMES
+            .iter()
+            .map(|(images, labels)| (dir.join(images), dir.join(labels)))
+            .find(|(images, labels)| images.is_file() && labels.is_file())
+            .ok_or_else(|| {
+                DataError::invalid(format!(
+                    "{} holds no IDX pair: expected {} and {} (or {} and {})",
+                    dir.display(),
+                    NAMES[0].0,
+                    NAMES[0].1,
+                    NAMES[1].0,
+                    NAMES[1].1
+                ))
+            })?;
+        let (image_bytes, label_bytes) = (read(&images)?, read(&labels)?);
+        Self::parse(&image_bytes, &label_bytes).map_err(|why| DataError::invalid(format!("{}: {why}", dir.display())))
+    }
+
+    /// The images and labels from the bytes of an IDX pair.
+    pub fn parse(images: &[u8], labels: &[u8]) -> Result<Self, String> {
+        let header = |bytes: &[u8], words: usize, what: &str| -> Result<Vec<usize>, String> {
+            if bytes.len() < 4 * words {
+                return Err(format!("the {what} file is {} bytes, shorter than its header", bytes.len()));
+            }
+            Ok((0..words).map(|i| u32::from_be_bytes(bytes[4 * i..4 * i + 4].try_into().unwrap()) as usize).collect())
+        };
+        let image_header = header(images, 4, "image")?;
+        let label_header = header(labels, 2, "label")?;
+        if image_header[0] != IMAGES_MAGIC as usize {
+            return Err(format!("the image file's magic is {:#010x}, not {IMAGES_MAGIC:#010x}", image_header[0]));
+        }
+        if label_header[0] != LABELS_MAGIC as usize {
+            return Err(format!("the label file's magic is {:#010x}, not {LABELS_MAGIC:#010x}", label_header[0]));
+        }
+        let (count, rows, cols) = (image_header[1], image_header[2], image_header[3]);
+        if rows != cols || rows == 0 {
+            return Err(format!("the images are {rows} × {cols}: square images are needed"));
+        }
+        if label_header[1] != count {
+            return Err(format!("{count} images but {} labels", label_header[1]));
+        }
+        if count == 0 {
+            return Err("the files hold no images".into());
+        }
+        let pixels = &images[16..];
+        if pixels.len() != count * rows * cols {
+            return Err(format!(
+                "the image file holds {} pixel bytes, its header says {count} × {rows} × {cols}",
+                pixels.len()
+            ));
+        }
+        let labels = &labels[8..];
+        if labels.len() != count {
+            return Err(format!("the label file holds {} labels, its header says {count}", labels.len()));
+        }
+        let classes = labels.iter().copied().max().map_or(0, |max| max as usize + 1);
+        Ok(Self { pixels: pixels.to_vec(), labels: labels.to_vec(), side: rows, classes })
+    }
+
+    /// Images held.
+    pub fn len(&self) -> usize {
+        self.labels.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.labels.is_empty()
+    }
+
+    /// The images' side in pixels.
+    pub fn side(&self) -> usize {
+        self.side
+    }
+
+    /// Classes: the largest label + 1.
+    pub fn classes(&self) -> usize {
+        self.classes
+    }
+
+    /// Holds `held_out` images out (for validation), spread evenly over the set, so that a
+    /// file ordered by class (or interleaved by class, as the shared MNIST copy is, whose
+    /// last images are all ones and sevens) gives a held-out set that samples all of it:
+    /// `(the rest, the held out)`, each in file order. Fails unless both keep an image.
+    pub fn split_off(self, held_out: usize) -> Result<(Self, Self), DataError> {
+        let n = self.len();
+        if held_out == 0 || held_out >= n {
+            return Err(DataError::invalid(format!("cannot hold out {held_out} of {n} images and train on the rest")));
+        }
+        let mut held = vec![false; n];
+        for k in 0..held_out {
+            held[(2 * k + 1) * n / (2 * held_out)] = true;
+        }
+        let plane = self.side * self.side;
+        let part = |keep: bool| {
+            let indices: Vec<usize> = (0..n).filter(|&i| held[i] == keep).collect();
+            Self {
+                pixels: indices.iter().flat_map(|&i| self.pixels[i * plane..(i + 1) * plane].iter().copied()).collect(),
+                labels: indices.iter().map(|&i| self.labels[i]).collect(),
+                side: self.side,
+                classes: self.classes,
+            }
+        };
+        Ok((part(false), part(true)))
+    }
+
+    /// The images at `indices` as one batch, `[n, 1, side, side]`, pixels scaled to `[0, 1]`.
+    pub fn batch(&self, indices: &[usize]) -> ImageBatch {
+        let plane = self.side * self.side;
+        let images = indices
+            .iter()
+            .flat_map(|&i| self.pixels[i * plane..(i + 1) * plane].iter().map(|&p| p as f32 / 255.0))
+            .collect();
+        let labels = indices.iter().map(|&i| self.labels[i] as i64).collect();
+        ImageBatch { images, labels, batch: indices.len(), resolution: self.side, channels: 1 }
+    }
+
+    /// Consecutive batches of `batch` images covering the set from its start (the last
+    /// one shorter where `batch` does not divide it), at most `batches` of them.
+    pub fn batches(&self, batch: usize, batches: usize) -> Vec<ImageBatch> {
+        let indices: Vec<usize> = (0..self.len()).collect();
+        indices.chunks(batch.max(1)).take(batches).map(|chunk| self.batch(chunk)).collect()
+    }
+}
+
+/// Training batches from an [`IdxImages`] set: every image once per epoch, in an order
+/// shuffled anew each epoch from the seed.
+#[derive(Clone, Debug)]
+pub struct IdxSampler {
+    images: IdxImages,
+    batch: usize,
+    order: Vec<usize>,
+    next: usize,
+    rng: SmallRng,
+}
+
+impl IdxSampler {
+    /// Fails if `batch` is 0.
+    pub fn new(images: IdxImages, batch: usize, seed: u64) -> Result<Self, DataError> {
+        if batch == 0 {
+            return Err(DataError::invalid("the batch size must be at least 1, got 0"));
+        }
+        let order = (0..images.len()).collect();
+        let mut sampler = Self { images, batch, order, next: usize::MAX, rng: SmallRng::seed_from_u64(seed) };
+        sampler.next = sampler.order.len();
+        Ok(sampler)
+    }
+
+    /// The next `batch` images, starting a new shuffled epoch where this one runs out.
+    pub fn sample(&mut self) -> ImageBatch {
+        let mut indices = Vec::with_capacity(self.batch);
+        while indices.len() < self.batch {
+            if self.next >= self.order.len() {
+                self.order.shuffle(&mut self.rng);
+                self.next = 0;
+            }
+            indices.push(self.order[self.next]);
+            self.next += 1;
+        }
+        self.images.batch(&indices)
+    }
+}
+
+fn read(path: &PathBuf) -> Result<Vec<u8>, DataError> {
+    fs::read(path).map_err(|err| DataError::io(path, err))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An IDX pair of `count` `side × side` images whose pixels encode their index, and
+    /// labels `index % classes`.
+    pub(crate) fn pair(count: usize, side: usize, classes: usize) -> (Vec<u8>, Vec<u8>) {
+        let mut images = Vec::new();
+        for word in [IMAGES_MAGIC, count as u32, side as u32, side as u32] {
+            images.extend(word.to_be_bytes());
+        }
+        for i in 0..count {
+            images.extend(std::iter::repeat_n((i % 256) as u8, side * side));
+        }
+        let mut labels = Vec::new();
+        for word in [LABELS_MAGIC, count as u32] {
+            labels.extend(word.to_be_bytes());
+        }
+        labels.extend((0..count).map(|i| (i % classes) as u8));
+        (images, labels)
+    }
+
+    #[test]
+    fn a_pair_reads_back_split_and_batched() {
+        let (images, labels) = pair(12, 4, 10);
+        let set = IdxImages::parse(&images, &labels).unwrap();
+        assert_eq!((set.len(), set.side(), set.classes()), (12, 4, 10));
+        let (train, held_out) = set.split_off(2).unwrap();
+        assert_eq!((train.len(), held_out.len()), (10, 2));
+        // Spread over the set: images 3 and 9.
+        let batch = held_out.batch(&[1, 0]);
+        assert_eq!(batch.labels, vec![9, 3]);
+        assert_eq!((batch.batch, batch.channels, batch.resolution), (2, 1, 4));
+        assert_eq!(batch.images[0], 9.0 / 255.0);
+        assert!(!train.batch(&(0..10).collect::<Vec<_>>()).labels.contains(&3), "held out, not trained on");
+        assert_eq!(train.batches(4, 10).iter().map(|b| b.batch).collect::<Vec<_>>(), [4, 4, 2]);
+    }
+
+    #[test]
+    fn every_image_once_per_epoch_in_a_seeded_order() {
+        let (images, labels) = pair(10, 2, 10);
+        let set = IdxImages::parse(&images, &labels).unwrap();
+        let mut sampler = IdxSampler::new(set.clone(), 5, 3).unwrap();
+        let mut epoch: Vec<i64> = (0..2).flat_map(|_| sampler.sample().labels).collect();
+        epoch.sort_unstable();
+        assert_eq!(epoch, (0..10).collect::<Vec<_>>());
+        let again = IdxSampler::new(set.clone(), 5, 3).unwrap().sample();
+        assert_eq!(again, IdxSampler::new(set.clone(), 5, 3).unwrap().sample(), "the same seed, the same batches");
+        assert_ne!(again.labels, IdxSampler::new(set, 5, 4).unwrap().sample().labels, "control: another seed");
+    }
+
+    #[test]
+    fn broken_files_are_refused_with_the_reason() {
+        let (images, labels) = pair(3, 2, 10);
+        let check = |images: &[u8], labels: &[u8], needle: &str| {
+            let err = IdxImages::parse(images, labels).unwrap_err();
+            assert!(err.contains(needle), "{err}");
+        };
+        check(&images[..10], &labels, "shorter than its header");
+        check(&images[..images.len() - 1], &labels, "pixel bytes");
+        let mut swapped = images.clone();
+        swapped[..4].copy_from_slice(&LABELS_MAGIC.to_be_bytes());
+        check(&swapped, &labels, "the image file's magic");
+        check(&images, &images, "the label file's magic");
+        let (four, _) = pair(4, 2, 10);
+        check(&four, &labels, "4 images but 3 labels");
+        let mut wide = images.clone();
+        wide[12..16].copy_from_slice(&3u32.to_be_bytes());
+        check(&wide, &labels, "square");
+        assert!(IdxImages::parse(&images, &labels).is_ok(), "control: the intact pair reads");
+        let dir = std::env::temp_dir().join(format!("leanburn-idx-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).unwrap();
+        assert!(IdxImages::load(&dir).unwrap_err().to_string().contains("no IDX pair"));
+        fs::write(dir.join("images-idx3-ubyte"), &images).unwrap();
+        fs::write(dir.join("labels-idx1-ubyte"), &labels).unwrap();
+        assert_eq!(IdxImages::load(&dir).unwrap().len(), 3);
+        let _ = fs::remove_dir_all(&dir);
+    }
+}
