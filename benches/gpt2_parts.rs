@@ -44,8 +44,6 @@ use std::collections::BTreeMap;
 use std::process::Command;
 use std::time::Instant;
 
-use burn::optim::adaptor::OptimizerAdaptor;
-use burn::optim::AdamW;
 use burn::optim::{GradientsParams, Optimizer};
 use burn::tensor::backend::Backend;
 use burn::tensor::module::attention;
@@ -55,7 +53,7 @@ use clap::{Parser, ValueEnum};
 use leanburn::backend::lean_attention;
 use leanburn::data::{HostBatch, Split, WindowSampler};
 use leanburn::model::{Gpt2, Gpt2Config};
-use leanburn::optim::GlobalNormClipping;
+use leanburn::optim::ClippedAdamW;
 use leanburn::select::{select, BackendArgs, BackendJob, BackendKind, TrainBackend};
 use leanburn::trainer::ForwardLoss;
 use serde::{Deserialize, Serialize};
@@ -338,9 +336,6 @@ fn gemms<B: Backend>(
         parts.insert(name.into(), timing);
     }
 }
-
-/// The example's optimizer: AdamW under global-norm clipping.
-type ClippedAdamW<B> = GlobalNormClipping<OptimizerAdaptor<AdamW, Gpt2<B>, B>>;
 
 /// What a full step trains: the model (the loss and attention asked for), clipped AdamW
 /// (weight decay 0.1, norm 1) and one host batch of token ids spread over the vocabulary

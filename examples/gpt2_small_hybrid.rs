@@ -23,8 +23,6 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use burn::module::AutodiffModule;
-use burn::optim::adaptor::OptimizerAdaptor;
-use burn::optim::AdamW;
 use clap::parser::ValueSource;
 use clap::{ArgMatches, CommandFactory, Parser};
 use common::{
@@ -37,7 +35,7 @@ use leanburn::data::{
 };
 use leanburn::memory::format_bytes;
 use leanburn::model::{Gpt2, Gpt2Attention, Gpt2Config, Gpt2MemoryEstimate, Gpt2PoolReserve, PoolPages, GPT2_PRESETS};
-use leanburn::optim::{clipped_adamw, GlobalNormClipping};
+use leanburn::optim::{clipped_adamw, ClippedAdamW};
 use leanburn::runner::{CorpusCheck, RunDir, RunOutcome, Validation};
 use leanburn::select::{
     device_memory, largest_pool_page, select, BackendArgs, BackendJob, BackendKind, Chosen, Selection, TrainBackend,
@@ -392,8 +390,8 @@ fn check_memory(
 }
 
 /// AdamW with weight decay 0.1, the gradients clipped to a global norm of 1 (as PyTorch's
-/// `clip_grad_norm_`).
-fn optimizer<B: TrainBackend>() -> GlobalNormClipping<OptimizerAdaptor<AdamW, Gpt2<B>, B>> {
+/// `clip_grad_norm_`), one update kernel per parameter on a GPU.
+fn optimizer<B: TrainBackend>() -> ClippedAdamW<B> {
     clipped_adamw(0.1, 1.0)
 }
 

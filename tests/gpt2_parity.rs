@@ -10,12 +10,15 @@
 //! - logits within [`LOGITS`], the loss within [`LOSS`] relative, every parameter's gradient
 //!   within [`GRADIENT`] (largest difference over the tensor's largest magnitude, llm.c's
 //!   measure);
-//! - ten `HybridTrainer` full steps with `GlobalNormClipping` around Burn's AdamW: each
-//!   step's loss within [`STEP_LOSS`] relative, the final weights within [`FINAL_WEIGHTS`].
+//! - ten `HybridTrainer` full steps with leanburn's `ClippedAdamW` (on wgpu its one-kernel
+//!   update; on Flex and ndarray the same update composed of tensor ops): each step's loss
+//!   within [`STEP_LOSS`] relative, the final weights within [`FINAL_WEIGHTS`]; on Flex
+//!   also `GlobalNormClipping` around Burn's own AdamW.
 //!
 //! Controls, each a change the comparison must catch: Burn's own GELU, whose backward on
 //! ndarray and the CubeCL backends is the tanh approximation's derivative; weight decay
-//! scaled by two; Burn's per-tensor gradient clipping in place of the global norm.
+//! scaled by two (on ndarray and through wgpu's kernel); Burn's per-tensor gradient
+//! clipping in place of the global norm.
 
 #[path = "common/mod.rs"]
 mod common;
@@ -32,7 +35,7 @@ use burn::train::TrainStep;
 use leanburn::data::TokenBatch;
 use leanburn::memory::MemoryProbe;
 use leanburn::model::{Gpt2, Gpt2Config};
-use leanburn::optim::GlobalNormClipping;
+use leanburn::optim::{ClippedAdamW, FusedAdamW, GlobalNormClipping};
 use leanburn::select::TrainBackend;
 use leanburn::trainer::{HybridConfig, HybridTrainer, LrSchedule};
 use safetensors::SafeTensors;
@@ -214,6 +217,9 @@ fn relative_error(ours: &[f32], theirs: &[f32]) -> f64 {
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Variant {
     AsReference,
+    /// `GlobalNormClipping` around Burn's `AdamW` in place of `ClippedAdamW`: as the
+    /// reference too.
+    BurnAdamW,
     BurnGelu,
     DoubleWeightDecay,
     PerTensorClipping,
@@ -278,7 +284,13 @@ fn training<B: TrainBackend>(variant: Variant, device: &B::Device) -> (f64, f64)
                 adamw.with_grad_clipping(Some(GradientClippingConfig::Norm(settings.clip_norm as f32))).init();
             train(model, optimizer, lr, &reference, device)
         }
-        _ => train(model, GlobalNormClipping::new(adamw.init(), settings.clip_norm), lr, &reference, device),
+        Variant::BurnAdamW => {
+            train(model, GlobalNormClipping::new(adamw.init(), settings.clip_norm), lr, &reference, device)
+        }
+        _ => {
+            let fused = FusedAdamW::new(settings.epsilon, weight_decay).with_betas(settings.beta_1, settings.beta_2);
+            train(model, ClippedAdamW::new(fused, settings.clip_norm), lr, &reference, device)
+        }
     };
     let expected = &reference.float("losses").1;
     assert_eq!(losses.0.len(), expected.len());
@@ -326,8 +338,12 @@ fn check_step0<B: TrainBackend>(backend: &str, device: &B::Device) {
 }
 
 fn check_training<B: TrainBackend>(backend: &str, device: &B::Device) {
-    let (step_loss, weights) = training::<B>(Variant::AsReference, device);
-    eprintln!("{backend}: ten steps: worst loss {step_loss:.2e}, final weights {weights:.2e}");
+    check_training_with::<B>(backend, Variant::AsReference, device);
+}
+
+fn check_training_with<B: TrainBackend>(backend: &str, variant: Variant, device: &B::Device) {
+    let (step_loss, weights) = training::<B>(variant, device);
+    eprintln!("{backend}, {variant:?}: ten steps: worst loss {step_loss:.2e}, final weights {weights:.2e}");
     assert!(step_loss <= STEP_LOSS, "{backend}: a training loss is off by {step_loss:.2e} (tolerance {STEP_LOSS:.0e})");
     assert!(weights <= FINAL_WEIGHTS, "{backend}: final weights off by {weights:.2e} (tolerance {FINAL_WEIGHTS:.0e})");
 }
@@ -336,6 +352,7 @@ fn check_training<B: TrainBackend>(backend: &str, device: &B::Device) {
 fn flex_matches_pytorch() {
     check_step0::<Autodiff<Flex>>("flex", &Default::default());
     check_training::<Autodiff<Flex>>("flex", &Default::default());
+    check_training_with::<Autodiff<Flex>>("flex", Variant::BurnAdamW, &Default::default());
 }
 
 #[test]
@@ -349,6 +366,10 @@ fn wgpu_matches_pytorch() {
     let device = common::wgpu_device();
     check_step0::<Autodiff<Wgpu>>("wgpu", &device);
     check_training::<Autodiff<Wgpu>>("wgpu", &device);
+    // The control through the kernel: twice the weight decay is caught there too.
+    let (step_loss, weights) = training::<Autodiff<Wgpu>>(Variant::DoubleWeightDecay, &device);
+    eprintln!("wgpu, DoubleWeightDecay: worst loss {step_loss:.2e}, final weights {weights:.2e}");
+    assert!(step_loss > STEP_LOSS && weights > FINAL_WEIGHTS, "wgpu: twice the weight decay passed");
 }
 
 /// The controls: on ndarray, whose `gelu_backward` is Burn's default, Burn's GELU puts a

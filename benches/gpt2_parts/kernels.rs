@@ -48,41 +48,61 @@ fn launches() -> Vec<String> {
     }
 }
 
-/// Prints the kernels per full step: the median over `--reps` steps after `--warmup`, and
-/// the most frequent kernels of the last step.
+/// Prints the kernels per full step: the median over `--reps` steps after `--warmup`, how
+/// many of them the optimizer step launched, and the most frequent kernels of the last step.
 pub fn count<B: TrainBackend>(args: &Args, config: &Gpt2Config, seq: usize, device: &B::Device) {
     let (model, mut optimizer, host) = super::training::<B>(args, config, seq, device);
     let mut model = Some(model);
     let mut counts = Vec::new();
+    let mut optimizer_counts = Vec::new();
     let mut last = BTreeMap::new();
+    let mut last_optimizer = BTreeMap::new();
     for rep in 0..args.warmup + args.reps {
         B::sync(device).expect("device sync");
         let before = launches().len();
         let current = model.take().expect("the model is put back every step");
         let grads = current.forward_loss(host.to_device::<B>(device)).backward();
         let grads = GradientsParams::from_grads(grads, &current);
+        B::sync(device).expect("device sync");
+        let before_optimizer = launches().len();
         model = Some(optimizer.step(1e-4, current, grads));
         B::sync(device).expect("device sync");
         let logged = launches();
         if rep >= args.warmup {
             counts.push(logged.len() - before);
+            optimizer_counts.push(logged.len() - before_optimizer);
             last = BTreeMap::new();
             for name in &logged[before..] {
                 *last.entry(name.clone()).or_insert(0usize) += 1;
             }
+            last_optimizer = BTreeMap::new();
+            for name in &logged[before_optimizer..] {
+                *last_optimizer.entry(name.clone()).or_insert(0usize) += 1;
+            }
         }
     }
     counts.sort_unstable();
+    optimizer_counts.sort_unstable();
     let median = counts[counts.len() / 2];
     println!(
-        "\nkernels launched per full step (forward, backward, clipped AdamW): {median} (median of {} steps: {:?})\n",
+        "\nkernels launched per full step (forward, backward, clipped AdamW): {median} (median of {} steps: {:?}); \
+         the optimizer step's: {} ({:?})\n",
         counts.len(),
-        counts
+        counts,
+        optimizer_counts[optimizer_counts.len() / 2],
+        optimizer_counts
     );
-    let mut frequent: Vec<(usize, String)> = last.into_iter().map(|(name, n)| (n, name)).collect();
+    print_frequent("kernel (last step)", last);
+    print_frequent("kernel (last step's optimizer)", last_optimizer);
+}
+
+/// The most frequent of `launches` (by kernel name), as a Markdown table.
+fn print_frequent(title: &str, launches: BTreeMap<String, usize>) {
+    let mut frequent: Vec<(usize, String)> = launches.into_iter().map(|(name, n)| (n, name)).collect();
     frequent.sort_unstable_by(|a, b| b.cmp(a));
-    println!("| kernel (last step) | launches |\n|---|---|");
+    println!("| {title} | launches |\n|---|---|");
     for (n, name) in frequent.iter().take(15) {
         println!("| `{name}` | {n} |");
     }
+    println!();
 }

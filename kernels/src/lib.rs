@@ -1,5 +1,6 @@
-//! CubeCL kernels for leanburn's memory-bounded convolutions and its fused attention, each
-//! with a plain-Rust CPU reference that the tests compare it against.
+//! CubeCL kernels for leanburn's memory-bounded convolutions, its fused attention and its
+//! optimizer (the AdamW update, the clipping factor), each with a plain-Rust CPU reference
+//! that the tests compare it against.
 //!
 //! Layout (the classic im2col one, with the batch folded into the columns so one GEMM
 //! covers a whole batch chunk):
@@ -15,16 +16,22 @@
 //!
 //! Kernel code here never touches Burn backend types; `leanburn::backend` launches it.
 
+mod adamw;
 mod attention;
 mod col2im;
 mod geometry;
+mod global_norm;
 mod im2col;
 pub mod reference;
 
+pub use adamw::{adamw_kernel, adamw_vector_size, launch_adamw, AdamWScalars, AdamWScalarsLaunch};
 pub use attention::{
     attention_backward_dkdv_kernel, attention_backward_dq_kernel, attention_forward_kernel, launch_attention_backward,
     launch_attention_forward, supports_head_dim, tile_rows, AttentionShape, AttentionShapeLaunch, ROWS_PER_CUBE,
 };
 pub use col2im::{col2im_kernel, launch_col2im};
 pub use geometry::{ConvGeometry, ConvGeometryArgs, ConvGeometryArgsLaunch};
+pub use global_norm::{
+    clip_factor_kernel, launch_clip_factor, launch_squares, squares_kernel, squares_partials, NORM_EPSILON, NORM_UNITS,
+};
 pub use im2col::{im2col_kernel, im2col_vector_size, launch_im2col};

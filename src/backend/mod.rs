@@ -58,11 +58,14 @@ mod budget;
 pub mod conv;
 mod gelu;
 mod ops;
+mod optimizer;
 
 pub use attention::{lean_attention, AttentionOps};
 pub use budget::{ConvBudget, InvalidBudget};
 pub use conv::{conv2d_plan, conv_transpose2d_plan, ChunkedConv, ConvPlan};
 pub use gelu::{exact_gelu, gelu_derivative, GeluOps};
+pub(crate) use optimizer::composed_clip_factor;
+pub use optimizer::{AdamWStep, OptimizerOps};
 
 /// A backend that forwards every op to `B`: the base leanburn replaces ops on.
 ///

@@ -17,10 +17,10 @@ use burn::module::{AutodiffModule, ModuleVisitor, Param, ParamId};
 use burn::optim::LearningRate;
 use burn::optim::{GradientsParams, MultiGradientsParams, Optimizer};
 use burn::tensor::backend::{AutodiffBackend, Backend};
-use burn::tensor::Tensor;
+use burn::tensor::{Tensor, TensorPrimitive};
+use burn_backend::tensor::FloatTensor;
 
-/// PyTorch's `clip_grad_norm_` guard against a zero norm.
-const NORM_EPSILON: f64 = 1e-6;
+use crate::backend::composed_clip_factor;
 
 /// A Burn [`Optimizer`] whose gradients are first clipped by their global norm; see the
 /// [module docs](self).
@@ -85,38 +85,48 @@ pub fn clip_by_global_norm<B: AutodiffBackend, M: AutodiffModule<B>>(
     grads: GradientsParams,
     max_norm: f64,
 ) -> GradientsParams {
-    if !(max_norm.is_finite() && max_norm > 0.0) {
-        return grads;
-    }
-    let mut squares = SumOfSquares::<B::InnerBackend> { grads: &grads, sum: None, ids: Vec::new() };
-    module.visit(&mut squares);
-    let Some(sum) = squares.sum else { return grads };
-    let scale = sum.sqrt().add_scalar(NORM_EPSILON).recip().mul_scalar(max_norm).clamp_max(1.0);
+    let factor = composed_clip_factor::<B::InnerBackend>;
+    let Some(scale) = global_norm_scale::<B, M>(module, &grads, max_norm, factor) else { return grads };
     let mut scaled = Scale { grads, scale, ids: Vec::new() };
     module.visit(&mut scaled);
     scaled.grads
 }
 
-/// Σ‖g‖² over the module's parameters that have a gradient, as a `[1]` tensor (in f32,
-/// whatever the gradients' type), each parameter counted once.
-struct SumOfSquares<'a, B: Backend> {
+/// `min(1, max_norm / (‖g‖₂ + 1e-6))` over `module`'s gradients in `grads`, a `[1]` f32
+/// tensor left on the device, computed by `factor` from the gradients (each parameter's
+/// once); none when `max_norm` is not positive and finite or no parameter has a gradient.
+pub(crate) fn global_norm_scale<B: AutodiffBackend, M: AutodiffModule<B>>(
+    module: &M,
+    grads: &GradientsParams,
+    max_norm: f64,
+    factor: impl FnOnce(Vec<FloatTensor<B::InnerBackend>>, f64) -> FloatTensor<B::InnerBackend>,
+) -> Option<Tensor<B::InnerBackend, 1>> {
+    if !(max_norm.is_finite() && max_norm > 0.0) {
+        return None;
+    }
+    let mut gradients = Gradients::<B::InnerBackend> { grads, found: Vec::new(), ids: Vec::new() };
+    module.visit(&mut gradients);
+    if gradients.found.is_empty() {
+        return None;
+    }
+    Some(Tensor::from_primitive(TensorPrimitive::Float(factor(gradients.found, max_norm))))
+}
+
+/// The module's gradients in `grads`, each parameter's once.
+struct Gradients<'a, B: Backend> {
     grads: &'a GradientsParams,
-    sum: Option<Tensor<B, 1>>,
+    found: Vec<FloatTensor<B>>,
     ids: Vec<ParamId>,
 }
 
-impl<AB: AutodiffBackend> ModuleVisitor<AB> for SumOfSquares<'_, AB::InnerBackend> {
+impl<AB: AutodiffBackend> ModuleVisitor<AB> for Gradients<'_, AB::InnerBackend> {
     fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<AB, D>>) {
         if self.ids.contains(&param.id) {
             return;
         }
         self.ids.push(param.id);
         if let Some(grad) = self.grads.get::<AB::InnerBackend, D>(param.id) {
-            let squares = grad.cast(burn::tensor::FloatDType::F32).square().sum();
-            self.sum = Some(match self.sum.take() {
-                Some(sum) => sum + squares,
-                None => squares,
-            });
+            self.found.push(grad.into_primitive().tensor());
         }
     }
 }
@@ -143,9 +153,9 @@ impl<AB: AutodiffBackend> ModuleVisitor<AB> for Scale<AB::InnerBackend> {
 }
 
 /// Sums a multi-device gradient of each parameter onto the parameter's device.
-struct Merge {
-    multi: MultiGradientsParams,
-    merged: GradientsParams,
+pub(crate) struct Merge {
+    pub(crate) multi: MultiGradientsParams,
+    pub(crate) merged: GradientsParams,
 }
 
 impl<AB: AutodiffBackend> ModuleVisitor<AB> for Merge {

@@ -1,15 +1,19 @@
-//! Optimizers as GPT-2 is trained elsewhere: Burn's AdamW behind gradient clipping by the
-//! global norm (PyTorch's `clip_grad_norm_`), where Burn's own clipping works per tensor.
+//! Optimizers as GPT-2 is trained elsewhere: AdamW behind gradient clipping by the global
+//! norm (PyTorch's `clip_grad_norm_`), where Burn's own clipping works per tensor; the
+//! AdamW update one kernel per parameter on the CubeCL backends ([`FusedAdamW`]).
 //! `tests/gpt2_parity.rs` checks ten steps of it against PyTorch's.
 
+mod adamw;
 mod clip;
+#[cfg(test)]
+mod tests;
 
+pub use adamw::{AdamWRecords, ClippedAdamW, FusedAdamW};
 pub use clip::{clip_by_global_norm, GlobalNormClipping};
 
-use burn::module::AutodiffModule;
-use burn::optim::adaptor::OptimizerAdaptor;
-use burn::optim::{AdamW, AdamWConfig};
 use burn::tensor::backend::AutodiffBackend;
+
+use crate::backend::OptimizerOps;
 
 /// PyTorch's (and nanoGPT's, and llm.c's) AdamW epsilon. Burn's default is 1e-5, which
 /// damps every update whose gradient is not much larger than it: on Tiny Shakespeare
@@ -22,10 +26,9 @@ pub const ADAM_EPSILON: f32 = 1e-8;
 /// parameter, the gradients clipped to a global norm of `max_norm` first: the optimizer
 /// leanburn's GPT-2 example and benches train with (weight decay 0.1, norm 1), as GPT-2 is
 /// trained in PyTorch.
-pub fn clipped_adamw<B: AutodiffBackend, M: AutodiffModule<B>>(
-    weight_decay: f32,
-    max_norm: f64,
-) -> GlobalNormClipping<OptimizerAdaptor<AdamW, M, B>> {
-    let adamw = AdamWConfig::new().with_weight_decay(weight_decay).with_epsilon(ADAM_EPSILON);
-    GlobalNormClipping::new(adamw.init(), max_norm)
+pub fn clipped_adamw<B: AutodiffBackend>(weight_decay: f32, max_norm: f64) -> ClippedAdamW<B>
+where
+    B::InnerBackend: OptimizerOps,
+{
+    ClippedAdamW::new(FusedAdamW::new(ADAM_EPSILON, weight_decay), max_norm)
 }

@@ -6,21 +6,22 @@ use burn::backend::{Autodiff, Flex, Wgpu};
 use burn::tensor::backend::AutodiffBackend;
 
 use super::{Chosen, Selection};
-use crate::backend::{Lean, TransformerOps};
+use crate::backend::{Lean, OptimizerOps, TransformerOps};
 use crate::memory::MemoryProbe;
 
 /// A backend leanburn can train on: autodiff, with memory telemetry on both the autodiff
-/// backend and its inner backend (where predict and evaluation forwards run), and
-/// leanburn's attention and exact GELU on both.
+/// backend and its inner backend (where predict and evaluation forwards run), leanburn's
+/// attention and exact GELU on both, and its one-op AdamW update on the inner backend
+/// (where optimizers step).
 pub trait TrainBackend:
-    AutodiffBackend<InnerBackend: MemoryProbe + TransformerOps> + MemoryProbe + TransformerOps
+    AutodiffBackend<InnerBackend: MemoryProbe + TransformerOps + OptimizerOps> + MemoryProbe + TransformerOps
 {
 }
 
 impl<B> TrainBackend for B
 where
     B: AutodiffBackend + MemoryProbe + TransformerOps,
-    B::InnerBackend: MemoryProbe + TransformerOps,
+    B::InnerBackend: MemoryProbe + TransformerOps + OptimizerOps,
 {
 }
 

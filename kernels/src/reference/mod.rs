@@ -1,8 +1,10 @@
 //! Plain-Rust references for the kernels: the definitions the kernels are tested against.
 //! Slow on purpose: straight loops over the mathematical definition, accumulated in f64.
 
+mod adamw;
 mod attention;
 mod conv;
 
+pub use adamw::{adamw, clip_factor, AdamWSettings};
 pub use attention::{attention, attention_backward, AttentionGrads, Dims};
 pub use conv::{col2im, im2col};

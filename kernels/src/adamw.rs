@@ -1,0 +1,124 @@
+//! AdamW's update of one parameter tensor in one kernel: the gradient scaled by the
+//! clipping's factor, both moments and the decoupled weight decay, where Burn's AdamW runs
+//! about fifteen tensor ops (Loshchilov and Hutter, arXiv 1711.05101; the numerics of
+//! `burn-optim`'s `AdamW`, computed in f32 whatever the element type).
+//!
+//! For each element, with `g` the gradient times `scale[0]`:
+//!
+//! ```text
+//! m' = β₁·m + (1 − β₁)·g
+//! v' = β₂·v + (1 − β₂)·g²
+//! p' = p·decay − lr · (m' / c₁) / (√(v' / c₂) + ε)
+//! ```
+//!
+//! `decay = 1 − lr·weight_decay`, `c₁ = 1 − β₁ᵗ`, `c₂ = 1 − β₂ᵗ`; the first step is the
+//! same with `m = v = 0`. All tensors are contiguous and of one length; each unit updates
+//! one vector of neighbouring elements.
+
+use cubecl::prelude::*;
+use cubecl::{calculate_cube_count_elemwise, CubeDim};
+
+/// The step's scalars (runtime values: one compiled kernel serves every step).
+#[derive(CubeLaunch, CubeType, Clone, Copy, Debug, PartialEq)]
+pub struct AdamWScalars {
+    /// β₁, the first moment's decay.
+    pub beta_1: f32,
+    /// β₂, the second moment's decay.
+    pub beta_2: f32,
+    /// ε, added to the second moment's square root.
+    pub epsilon: f32,
+    /// The learning rate.
+    pub lr: f32,
+    /// `1 − lr · weight_decay`, the factor every weight is multiplied by.
+    pub decay: f32,
+    /// `1 − β₁ᵗ`, the first moment's bias correction at step `t` (from 1).
+    pub correction_1: f32,
+    /// `1 − β₂ᵗ`, the second moment's.
+    pub correction_2: f32,
+}
+
+/// One unit per vector of `N` elements (the vector width, see [`adamw_vector_size`]):
+/// reads the parameter, its gradient and both moments, writes the updated three.
+#[cube(launch_unchecked)]
+#[allow(clippy::too_many_arguments)]
+pub fn adamw_kernel<F: Float, N: Size>(
+    param: &Tensor<Vector<F, N>>,
+    grad: &Tensor<Vector<F, N>>,
+    moment_1: &Tensor<Vector<F, N>>,
+    moment_2: &Tensor<Vector<F, N>>,
+    scale: &Tensor<f32>,
+    param_out: &mut Tensor<Vector<F, N>>,
+    moment_1_out: &mut Tensor<Vector<F, N>>,
+    moment_2_out: &mut Tensor<Vector<F, N>>,
+    vectors: usize,
+    s: &AdamWScalars,
+) {
+    if ABSOLUTE_POS >= vectors {
+        terminate!();
+    }
+    let width = param_out.vector_size();
+    let factor = scale[0];
+    let (p, g, m, v) = (param[ABSOLUTE_POS], grad[ABSOLUTE_POS], moment_1[ABSOLUTE_POS], moment_2[ABSOLUTE_POS]);
+    let mut p_out = Vector::<F, N>::empty();
+    let mut m_out = Vector::<F, N>::empty();
+    let mut v_out = Vector::<F, N>::empty();
+    #[unroll]
+    for i in 0..width {
+        let g_i = f32::cast_from(g[i]) * factor;
+        let m_i = f32::cast_from(m[i]) * s.beta_1 + g_i * (1.0f32 - s.beta_1);
+        let v_i = f32::cast_from(v[i]) * s.beta_2 + g_i * g_i * (1.0f32 - s.beta_2);
+        let delta = (m_i / s.correction_1) / ((v_i / s.correction_2).sqrt() + s.epsilon);
+        p_out[i] = F::cast_from(f32::cast_from(p[i]) * s.decay - delta * s.lr);
+        m_out[i] = F::cast_from(m_i);
+        v_out[i] = F::cast_from(v_i);
+    }
+    param_out[ABSOLUTE_POS] = p_out;
+    moment_1_out[ABSOLUTE_POS] = m_out;
+    moment_2_out[ABSOLUTE_POS] = v_out;
+}
+
+/// The vector width [`launch_adamw`] updates with: the widest the runtime prefers for an
+/// element of `elem_bytes` that divides `len`; 1 otherwise.
+pub fn adamw_vector_size<R: Runtime>(client: &ComputeClient<R>, elem_bytes: usize, len: usize) -> usize {
+    client.io_optimized_vector_sizes(elem_bytes).filter(|&w| len.is_multiple_of(w)).max().unwrap_or(1)
+}
+
+/// Updates a parameter of `len` elements: `param_out`, `moment_1_out` and `moment_2_out`
+/// from `param`, `grad`, `moment_1` and `moment_2`, the gradient multiplied by `scale[0]`
+/// (an f32 tensor of at least one element: the clipping's factor, or 1).
+///
+/// # Safety
+/// The seven tensors of `F` must be contiguous with `len` elements each, and `scale` must
+/// hold at least one f32; the kernel indexes them unchecked. The outputs must not share a
+/// buffer with the inputs.
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn launch_adamw<R: Runtime, F: Float + CubeElement>(
+    client: &ComputeClient<R>,
+    [param, grad, moment_1, moment_2]: [TensorArg<R>; 4],
+    scale: TensorArg<R>,
+    [param_out, moment_1_out, moment_2_out]: [TensorArg<R>; 3],
+    len: usize,
+    scalars: AdamWScalars,
+) {
+    let width = adamw_vector_size(client, size_of::<F>(), len);
+    let vectors = len / width;
+    let cube_dim = CubeDim::new(client, vectors);
+    let cube_count = calculate_cube_count_elemwise(client, vectors, cube_dim);
+    let AdamWScalars { beta_1, beta_2, epsilon, lr, decay, correction_1, correction_2 } = scalars;
+    adamw_kernel::launch_unchecked::<F, R>(
+        client,
+        cube_count,
+        cube_dim,
+        width,
+        param,
+        grad,
+        moment_1,
+        moment_2,
+        scale,
+        param_out,
+        moment_1_out,
+        moment_2_out,
+        vectors,
+        AdamWScalarsLaunch::new(beta_1, beta_2, epsilon, lr, decay, correction_1, correction_2),
+    );
+}

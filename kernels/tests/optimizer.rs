@@ -1,0 +1,264 @@
+//! The optimizer's kernels against their CPU references on a real runtime (wgpu; llvmpipe
+//! in CI).
+//!
+//! AdamW: randomized lengths (multiples of the vector width and not, one past a million
+//! elements), steps from the first to late ones, with and without weight decay, the
+//! gradient scaled by a clipping factor below 1; f32 and f16 (rounded inputs, f32 math).
+//! Controls: the comparison fails for a bias correction one step off and for a scale left
+//! out.
+//!
+//! The clipping factor: gradients of random lengths (one element to past a million), f32
+//! and f16 together, norms above and below the clipping norm. Control: a gradient left out
+//! is caught.
+
+use cubecl::prelude::*;
+use cubecl::wgpu::{WgpuDevice, WgpuRuntime};
+
+use leanburn_kernels::reference::{self, AdamWSettings};
+use leanburn_kernels::{launch_adamw, launch_clip_factor, launch_squares, squares_partials, AdamWScalars};
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+
+/// f32: |got − want| ≤ F32_TOLERANCE · (1 + |want|).
+const F32_TOLERANCE: f32 = 1e-6;
+/// f16 outputs: their own rounding (2⁻¹¹ relative) dominates.
+const F16_TOLERANCE: f32 = 1e-3;
+
+trait Element: Float + CubeElement {
+    fn narrow(values: &[f32]) -> Vec<Self>;
+    fn widen(values: &[Self]) -> Vec<f32>;
+}
+
+impl Element for f32 {
+    fn narrow(values: &[f32]) -> Vec<Self> {
+        values.to_vec()
+    }
+    fn widen(values: &[Self]) -> Vec<f32> {
+        values.to_vec()
+    }
+}
+
+impl Element for half::f16 {
+    fn narrow(values: &[f32]) -> Vec<Self> {
+        values.iter().map(|&v| half::f16::from_f32(v)).collect()
+    }
+    fn widen(values: &[Self]) -> Vec<f32> {
+        values.iter().map(|v| v.to_f32()).collect()
+    }
+}
+
+/// The kernel's scalars for `settings`, computed as leanburn's optimizer does (in f32,
+/// the bias corrections as Burn's AdamW: `1 − βᵗ` with `powi` in f32).
+fn scalars(settings: AdamWSettings) -> AdamWScalars {
+    let (beta_1, beta_2) = (settings.beta_1 as f32, settings.beta_2 as f32);
+    AdamWScalars {
+        beta_1,
+        beta_2,
+        epsilon: settings.epsilon as f32,
+        lr: settings.lr as f32,
+        decay: (1.0 - settings.lr * settings.weight_decay) as f32,
+        correction_1: 1.0 - beta_1.powi(settings.time),
+        correction_2: 1.0 - beta_2.powi(settings.time),
+    }
+}
+
+/// Runs the kernel on `[param, grad, m, v]` with `scale` as the clipping factor.
+fn run<E: Element>(
+    client: &ComputeClient<WgpuRuntime>,
+    inputs: [&[f32]; 4],
+    scale: f32,
+    scalars: AdamWScalars,
+) -> [Vec<f32>; 3] {
+    let len = inputs[0].len();
+    let upload = |values: &[f32]| client.create_from_slice(E::as_bytes(&E::narrow(values)));
+    let handles = inputs.map(upload);
+    let scale = client.create_from_slice(f32::as_bytes(&[scale]));
+    let outputs = [0; 3].map(|_| client.empty(len * size_of::<E>()));
+    // SAFETY (of every use): each handle holds `len` elements (the scale one f32).
+    let arg = |handle: &cubecl::server::Handle, len: usize| unsafe {
+        TensorArg::from_raw_parts(handle.clone(), vec![1].into(), vec![len].into())
+    };
+    unsafe {
+        launch_adamw::<WgpuRuntime, E>(
+            client,
+            [0, 1, 2, 3].map(|i| arg(&handles[i], len)),
+            arg(&scale, 1),
+            [0, 1, 2].map(|i| arg(&outputs[i], len)),
+            len,
+            scalars,
+        );
+    }
+    outputs.map(|handle| E::widen(E::from_bytes(&client.read_one(handle).unwrap())))
+}
+
+/// The largest |got − want| / (1 + |want|) over the three outputs.
+fn error(got: &[Vec<f32>; 3], want: &[Vec<f32>; 3]) -> f32 {
+    got.iter()
+        .zip(want)
+        .flat_map(|(g, w)| g.iter().zip(w).map(|(g, w)| (g - w).abs() / (1.0 + w.abs())))
+        .fold(0.0, f32::max)
+}
+
+/// A case: the length, the step, the weight decay and the clipping factor.
+fn cases() -> Vec<(usize, i32, f64, f64)> {
+    let mut rng = SmallRng::seed_from_u64(0xada3);
+    let mut cases: Vec<(usize, i32, f64, f64)> = (0..8)
+        .map(|i| {
+            let len = if i % 2 == 0 { 4 * rng.random_range(1..=3000) } else { rng.random_range(1..=9000) };
+            let time = [1, 2, 10, 1000][i % 4];
+            let weight_decay = if i % 3 == 0 { 0.0 } else { 0.1 };
+            let scale = if i % 2 == 0 { 1.0 } else { rng.random_range(0.05..1.0) };
+            (len, time, weight_decay, scale)
+        })
+        .collect();
+    cases.push(((1 << 20) + 3, 7, 0.1, 0.3));
+    cases
+}
+
+/// Inputs with moments as a run reaches them: `m` about the gradient's size, `v` about
+/// its square (zeros at the first step).
+fn inputs(rng: &mut SmallRng, len: usize, time: i32) -> [Vec<f32>; 4] {
+    let param: Vec<f32> = (0..len).map(|_| rng.random_range(-1.0f32..1.0)).collect();
+    let grad: Vec<f32> = (0..len).map(|_| rng.random_range(-0.1f32..0.1)).collect();
+    let first = time == 1;
+    let m = (0..len).map(|_| if first { 0.0 } else { rng.random_range(-0.01f32..0.01) }).collect();
+    let v = (0..len).map(|_| if first { 0.0 } else { rng.random_range(0.0f32..1e-4) }).collect();
+    [param, grad, m, v]
+}
+
+fn settings(time: i32, weight_decay: f64, scale: f64) -> AdamWSettings {
+    AdamWSettings { beta_1: 0.9, beta_2: 0.999, epsilon: 1e-8, lr: 3e-3, weight_decay, time, scale }
+}
+
+fn check<E: Element>(tolerance: f32) {
+    let client = WgpuRuntime::client(&WgpuDevice::default());
+    let mut rng = SmallRng::seed_from_u64(0x5eed);
+    for (index, (len, time, weight_decay, scale)) in cases().into_iter().enumerate() {
+        let round = |x: &Vec<f32>| E::widen(&E::narrow(x));
+        let [param, grad, m, v] = inputs(&mut rng, len, time).map(|x| round(&x));
+        let settings = settings(time, weight_decay, scale);
+        let got = run::<E>(&client, [&param, &grad, &m, &v], scale as f32, scalars(settings));
+        let want = reference::adamw(settings, &param, &grad, &m, &v);
+        let err = error(&got, &want);
+        assert!(
+            err <= tolerance,
+            "case {index} (len {len}, step {time}, decay {weight_decay}, scale {scale:.3}): off by {err:.2e} \
+             (tolerance {tolerance:.0e})"
+        );
+    }
+}
+
+#[test]
+fn f32_adamw_matches_the_reference() {
+    check::<f32>(F32_TOLERANCE);
+}
+
+#[test]
+fn f16_adamw_matches_the_reference() {
+    check::<half::f16>(F16_TOLERANCE);
+}
+
+/// The controls: a bias correction one step late, or the clipping factor left out, puts
+/// the kernel's result outside the tolerance of the reference.
+#[test]
+fn a_wrong_step_or_a_dropped_scale_is_caught() {
+    let client = WgpuRuntime::client(&WgpuDevice::default());
+    let mut rng = SmallRng::seed_from_u64(11);
+    let [param, grad, m, v] = inputs(&mut rng, 4096, 3);
+    let settings = settings(3, 0.1, 0.25);
+    let want = reference::adamw(settings, &param, &grad, &m, &v);
+    let late = run::<f32>(&client, [&param, &grad, &m, &v], 0.25, scalars(AdamWSettings { time: 4, ..settings }));
+    assert!(error(&late, &want) > 100.0 * F32_TOLERANCE, "a late bias correction went unnoticed");
+    let unscaled = run::<f32>(&client, [&param, &grad, &m, &v], 1.0, scalars(settings));
+    assert!(error(&unscaled, &want) > 100.0 * F32_TOLERANCE, "a dropped clipping factor went unnoticed");
+    let right = run::<f32>(&client, [&param, &grad, &m, &v], 0.25, scalars(settings));
+    assert!(error(&right, &want) <= F32_TOLERANCE, "the same inputs, rightly scaled, must match");
+}
+
+/// The clipping factor over `grads` (the odd ones uploaded as f16) from the kernels; the
+/// gradient at `skip`, if any, is not summed (its slots stay zero).
+fn clip_factor(client: &ComputeClient<WgpuRuntime>, grads: &[Vec<f32>], max_norm: f32, skip: Option<usize>) -> f32 {
+    let count: usize = grads.iter().map(|g| squares_partials(g.len())).sum();
+    let partials = client.create_from_slice(f32::as_bytes(&vec![0.0f32; count]));
+    let factor = client.empty(size_of::<f32>());
+    // SAFETY (of every use): each handle holds `len` elements of its type.
+    let arg = |handle: &cubecl::server::Handle, len: usize| unsafe {
+        TensorArg::from_raw_parts(handle.clone(), vec![1].into(), vec![len].into())
+    };
+    let mut offset = 0;
+    for (i, grad) in grads.iter().enumerate() {
+        let len = grad.len();
+        if skip != Some(i) {
+            unsafe {
+                if i % 2 == 1 {
+                    let handle = client.create_from_slice(half::f16::as_bytes(&half::f16::narrow(grad)));
+                    launch_squares::<WgpuRuntime, half::f16>(
+                        client,
+                        arg(&handle, len),
+                        arg(&partials, count),
+                        len,
+                        offset,
+                    );
+                } else {
+                    let handle = client.create_from_slice(f32::as_bytes(grad));
+                    launch_squares::<WgpuRuntime, f32>(client, arg(&handle, len), arg(&partials, count), len, offset);
+                }
+            }
+        }
+        offset += squares_partials(len);
+    }
+    unsafe { launch_clip_factor::<WgpuRuntime>(client, arg(&partials, count), arg(&factor, 1), count, max_norm) };
+    f32::from_bytes(&client.read_one(factor).unwrap())[0]
+}
+
+/// Gradients of random lengths, the odd ones already rounded to f16.
+fn gradients(rng: &mut SmallRng, lens: &[usize]) -> Vec<Vec<f32>> {
+    lens.iter()
+        .enumerate()
+        .map(|(i, &len)| {
+            let grad: Vec<f32> = (0..len).map(|_| rng.random_range(-0.05f32..0.05)).collect();
+            if i % 2 == 1 {
+                half::f16::widen(&half::f16::narrow(&grad))
+            } else {
+                grad
+            }
+        })
+        .collect()
+}
+
+/// f32 sums of up to a million squares: a few parts in a million of the factor.
+const FACTOR_TOLERANCE: f64 = 2e-5;
+
+#[test]
+fn the_clip_factor_matches_the_reference() {
+    let client = WgpuRuntime::client(&WgpuDevice::default());
+    let mut rng = SmallRng::seed_from_u64(0xc11b);
+    let mut lens: Vec<usize> = (0..10).map(|_| rng.random_range(1..=20_000)).collect();
+    lens.extend([1, 1024, (1 << 20) + 3]);
+    let grads = gradients(&mut rng, &lens);
+    let refs: Vec<&[f32]> = grads.iter().map(|g| &g[..]).collect();
+    let squares: f64 = refs.iter().flat_map(|g| g.iter()).map(|&x| f64::from(x) * f64::from(x)).sum();
+    // Clipping at a tenth of the norm, and at ten times it (the factor is 1).
+    for max_norm in [0.1 * squares.sqrt(), 10.0 * squares.sqrt()] {
+        let want = reference::clip_factor(&refs, max_norm);
+        let got = f64::from(clip_factor(&client, &grads, max_norm as f32, None));
+        assert!(
+            (got - want).abs() <= FACTOR_TOLERANCE * want,
+            "clipping at {max_norm:.3}: factor {got} against {want}"
+        );
+    }
+}
+
+/// The control: with one gradient left out of the sum, the factor is off.
+#[test]
+fn a_gradient_left_out_of_the_norm_is_caught() {
+    let client = WgpuRuntime::client(&WgpuDevice::default());
+    let mut rng = SmallRng::seed_from_u64(5);
+    let grads = gradients(&mut rng, &[3000, 5000, 4000]);
+    let refs: Vec<&[f32]> = grads.iter().map(|g| &g[..]).collect();
+    let want = reference::clip_factor(&refs, 0.01);
+    let left_out = f64::from(clip_factor(&client, &grads, 0.01, Some(1)));
+    assert!((left_out - want).abs() > 100.0 * FACTOR_TOLERANCE * want, "a missing gradient went unnoticed");
+    let all = f64::from(clip_factor(&client, &grads, 0.01, None));
+    assert!((all - want).abs() <= FACTOR_TOLERANCE * want, "all gradients summed must match: {all} against {want}");
+}

@@ -1,0 +1,160 @@
+//! leanburn's AdamW against Burn's, on Flex (the composed update) and on wgpu (llvmpipe in
+//! CI: the kernels through Fusion's custom ops): `FusedAdamW` behind Burn's
+//! `OptimizerAdaptor` against Burn's `AdamW`, `ClippedAdamW` against `GlobalNormClipping`
+//! around Burn's `AdamW` with the clipping active, and Burn's AdamW records resumed by
+//! `ClippedAdamW`. Controls: twice the weight decay, and no clipping, are caught.
+
+use burn::backend::{Autodiff, Flex, Wgpu};
+use burn::module::{AutodiffModule, Module, Param};
+use burn::nn::Linear;
+use burn::optim::{AdamWConfig, GradientsParams, Optimizer};
+use burn::record::{BinBytesRecorder, FullPrecisionSettings, Recorder};
+use burn::tensor::backend::{AutodiffBackend, Backend};
+use burn::tensor::{Tensor, TensorData};
+
+use super::{ClippedAdamW, FusedAdamW, GlobalNormClipping, ADAM_EPSILON};
+use crate::select::TrainBackend;
+
+/// Largest parameter difference after the steps (values about 0.5, updates about 1e-2).
+const TOLERANCE: f32 = 2e-6;
+const LR: f64 = 1e-2;
+const WEIGHT_DECAY: f32 = 0.1;
+
+#[derive(Module, Debug)]
+struct Net<B: Backend> {
+    first: Linear<B>,
+    second: Linear<B>,
+}
+
+impl<B: Backend> Net<B> {
+    /// Fixed weights (no generator: other tests draw from it at the same time).
+    fn new(device: &B::Device) -> Self {
+        let linear = |inputs: usize, outputs: usize, salt: usize| {
+            let values = |len: usize| -> Vec<f32> {
+                (0..len).map(|i| (((i * 29 + salt) % 17) as f32 - 8.0) / (4.0 * inputs as f32)).collect()
+            };
+            let weight = Tensor::from_data(TensorData::new(values(inputs * outputs), [inputs, outputs]), device);
+            let bias = Tensor::from_data(TensorData::new(values(outputs), [outputs]), device);
+            Linear { weight: Param::from_tensor(weight), bias: Some(Param::from_tensor(bias)) }
+        };
+        Self { first: linear(12, 20, 3), second: linear(20, 3, 5) }
+    }
+
+    fn forward(&self, x: Tensor<B, 2>) -> Tensor<B, 2> {
+        self.second.forward(burn::tensor::activation::tanh(self.first.forward(x)))
+    }
+}
+
+/// The gradients of a loss whose norm is well above 1 at `step`'s batch.
+fn gradients<B: AutodiffBackend>(net: &Net<B>, step: usize, device: &B::Device) -> GradientsParams {
+    let values: Vec<f32> = (0..8 * 12).map(|i| (((i * 37 + step * 11) % 23) as f32 - 11.0) / 4.0).collect();
+    let x = Tensor::<B, 2>::from_data(TensorData::new(values, [8, 12]), device);
+    let loss = (net.forward(x) - 2.0).square().sum();
+    GradientsParams::from_grads(loss.backward(), net)
+}
+
+fn train<B: AutodiffBackend, O: Optimizer<Net<B>, B>>(
+    mut net: Net<B>,
+    optimizer: &mut O,
+    steps: std::ops::Range<usize>,
+    device: &B::Device,
+) -> Net<B> {
+    for step in steps {
+        let grads = gradients(&net, step, device);
+        net = optimizer.step(LR, net, grads);
+    }
+    net
+}
+
+/// The largest difference between the two nets' parameters.
+fn difference<B: AutodiffBackend>(a: &Net<B>, b: &Net<B>) -> f32 {
+    let values = |net: &Net<B>| -> Vec<f32> {
+        let net = net.valid();
+        let layers = [&net.first, &net.second];
+        layers
+            .iter()
+            .flat_map(|l| {
+                let mut v = l.weight.val().into_data().convert::<f32>().to_vec::<f32>().unwrap();
+                v.extend(l.bias.as_ref().unwrap().val().into_data().convert::<f32>().to_vec::<f32>().unwrap());
+                v
+            })
+            .collect()
+    };
+    values(a).iter().zip(values(b)).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
+}
+
+fn burn_adamw(weight_decay: f32) -> AdamWConfig {
+    AdamWConfig::new().with_epsilon(ADAM_EPSILON).with_weight_decay(weight_decay)
+}
+
+/// Four steps of `FusedAdamW` behind `OptimizerAdaptor` against Burn's `AdamW`; the
+/// difference, and that of Burn's `AdamW` at twice the weight decay (the control).
+fn unclipped<B: TrainBackend>(device: &B::Device) -> (f32, f32) {
+    let start = Net::<B>::new(device);
+    let fused = train(
+        start.clone(),
+        &mut burn::optim::adaptor::OptimizerAdaptor::from(FusedAdamW::new(ADAM_EPSILON, WEIGHT_DECAY)),
+        0..4,
+        device,
+    );
+    let burn = train(start.clone(), &mut burn_adamw(WEIGHT_DECAY).init(), 0..4, device);
+    let doubled = train(start, &mut burn_adamw(2.0 * WEIGHT_DECAY).init(), 0..4, device);
+    (difference(&fused, &burn), difference(&fused, &doubled))
+}
+
+/// Four steps of `ClippedAdamW` against `GlobalNormClipping` around Burn's `AdamW`, both
+/// at norm 1; the difference, and that of the same without clipping (the control).
+fn clipped<B: TrainBackend>(device: &B::Device) -> (f32, f32) {
+    let start = Net::<B>::new(device);
+    let fused_adamw = FusedAdamW::new(ADAM_EPSILON, WEIGHT_DECAY);
+    let fused = train(start.clone(), &mut ClippedAdamW::new(fused_adamw, 1.0), 0..4, device);
+    let burn = train(start.clone(), &mut GlobalNormClipping::new(burn_adamw(WEIGHT_DECAY).init(), 1.0), 0..4, device);
+    let unclipped = train(start, &mut ClippedAdamW::new(fused_adamw, f64::INFINITY), 0..4, device);
+    (difference(&fused, &burn), difference(&unclipped, &burn))
+}
+
+fn check<B: TrainBackend>(backend: &str, device: &B::Device) {
+    let (fused, doubled) = unclipped::<B>(device);
+    assert!(fused <= TOLERANCE, "{backend}: FusedAdamW is {fused:.2e} from Burn's AdamW");
+    assert!(doubled > 100.0 * TOLERANCE, "{backend}: twice the weight decay went unnoticed ({doubled:.2e})");
+    let (clipped, unclipped) = clipped::<B>(device);
+    eprintln!(
+        "{backend}: fused {fused:.2e} (doubled decay {doubled:.2e}), clipped {clipped:.2e} (unclipped {unclipped:.2e})"
+    );
+    assert!(clipped <= TOLERANCE, "{backend}: ClippedAdamW is {clipped:.2e} from Burn's AdamW clipped");
+    assert!(unclipped > 100.0 * TOLERANCE, "{backend}: clipping left out went unnoticed ({unclipped:.2e})");
+}
+
+#[test]
+fn fused_adamw_is_burns_adamw_on_flex() {
+    check::<Autodiff<Flex>>("flex", &Default::default());
+}
+
+#[test]
+fn fused_adamw_is_burns_adamw_on_wgpu() {
+    check::<Autodiff<Wgpu>>("wgpu", &Default::default());
+}
+
+/// Two steps of Burn's clipped AdamW, its records saved and loaded into `ClippedAdamW`,
+/// two more steps: as four steps of Burn's. The control: without the records (moments
+/// and step count restarted) the two steps land elsewhere.
+#[test]
+fn burns_adamw_records_resume_in_clipped_adamw() {
+    type B = Autodiff<Flex>;
+    let device = Default::default();
+    let mut burn = GlobalNormClipping::new(burn_adamw(WEIGHT_DECAY).init(), 1.0);
+    let half = train(Net::<B>::new(&device), &mut burn, 0..2, &device);
+    let recorder = BinBytesRecorder::<FullPrecisionSettings>::default();
+    let bytes = recorder.record(Optimizer::<Net<B>, B>::to_record(&burn), ()).unwrap();
+    let record = recorder.load(bytes, &device).unwrap();
+    let mut resumed = ClippedAdamW::<B>::new(FusedAdamW::new(ADAM_EPSILON, WEIGHT_DECAY), 1.0);
+    resumed = Optimizer::<Net<B>, B>::load_record(resumed, record);
+    let resumed = train(half.clone(), &mut resumed, 2..4, &device);
+    let mut fresh = ClippedAdamW::<B>::new(FusedAdamW::new(ADAM_EPSILON, WEIGHT_DECAY), 1.0);
+    let restarted = train(half.clone(), &mut fresh, 2..4, &device);
+    let continued = train(half, &mut burn, 2..4, &device);
+    let gap = difference(&resumed, &continued);
+    assert!(gap <= TOLERANCE, "resumed from Burn's records, {gap:.2e} from Burn's own four steps");
+    let restart_gap = difference(&restarted, &continued);
+    assert!(restart_gap > 100.0 * TOLERANCE, "restarting the moments went unnoticed ({restart_gap:.2e})");
+}
