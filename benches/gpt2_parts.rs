@@ -23,10 +23,12 @@
 //!   `step.optimizer` (AdamW, weight decay 0.1, the gradient norm clipped at 1): one full
 //!   step of the model with the device synced between the three; `step` the same step
 //!   without those syncs. f32 only (`--precision bf16` times the GEMMs and the attention).
+//!   Before timing, leanburn's LayerNorm and one clipped AdamW step are compared with
+//!   Burn's (`checks.rs`): a wrong kernel on a new device shows as a number.
 //!
 //! - `kernels` (CubeCL backends): the kernels one full step launches (forward, backward,
 //!   AdamW), counted from CubeCL's execution log after `--warmup` steps, the median of
-//!   `--reps` steps, and the most frequent kernels. Not timed: the log is written on every
+//!   `--reps` steps, how many the optimizer step launched, and the most frequent kernels. Not timed: the log is written on every
 //!   launch.
 //!
 //! `--pytorch PYTHON` runs `benches/pytorch_gpt2_parts.py` with the same shapes after
@@ -37,6 +39,8 @@
 /// The examples' allocator and its settings, so that the bench measures what they run.
 #[path = "../examples/common/allocator.rs"]
 mod allocator;
+#[path = "gpt2_parts/checks.rs"]
+mod checks;
 #[path = "gpt2_parts/kernels.rs"]
 mod kernels;
 
@@ -363,6 +367,7 @@ fn step<B: TrainBackend>(
     device: &B::Device,
     parts: &mut BTreeMap<String, Timing>,
 ) {
+    checks::against_burn::<B>(args, config, seq, device);
     let (model, mut optimizer, host) = training::<B>(args, config, seq, device);
     let mut model = Some(model);
     let batch = || host.to_device::<B>(device);

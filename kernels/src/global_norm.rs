@@ -11,6 +11,8 @@
 use cubecl::prelude::*;
 use cubecl::CubeDim;
 
+use crate::reduce::cube_sum;
+
 /// Units per cube of both kernels (a power of two: the shared-memory sums halve it).
 pub const NORM_UNITS: usize = 256;
 
@@ -29,25 +31,6 @@ pub fn squares_partials(len: usize) -> usize {
     len.div_ceil(NORM_UNITS * ELEMENTS_PER_UNIT).clamp(1, MAX_CUBES)
 }
 
-/// Adds `value` over the cube's units (`NORM_UNITS` of them) in shared memory; unit 0
-/// gets the total.
-#[cube]
-fn cube_sum(value: f32) -> f32 {
-    let mut shared = SharedMemory::<f32>::new(NORM_UNITS);
-    let unit = UNIT_POS_X as usize;
-    shared[unit] = value;
-    sync_cube();
-    let mut half = CUBE_DIM_X as usize / 2;
-    while half > 0 {
-        if unit < half {
-            shared[unit] += shared[unit + half];
-        }
-        sync_cube();
-        half /= 2;
-    }
-    shared[0]
-}
-
 /// Cube `c` sums the squares of the elements `c, c + stride, ...` of its share of `grad`
 /// (`len` elements, contiguous; `stride` = units in all cubes of this launch) and writes
 /// the sum to `partials[offset + c]`.
@@ -61,7 +44,7 @@ pub fn squares_kernel<F: Float>(grad: &Tensor<F>, partials: &mut Tensor<f32>, le
         sum += value * value;
         index += stride;
     }
-    let total = cube_sum(sum);
+    let total = cube_sum(sum, NORM_UNITS);
     if UNIT_POS_X == 0 {
         partials[offset + CUBE_POS_X as usize] = total;
     }
@@ -76,7 +59,7 @@ pub fn clip_factor_kernel(partials: &Tensor<f32>, factor: &mut Tensor<f32>, coun
         sum += partials[index];
         index += NORM_UNITS;
     }
-    let total = cube_sum(sum);
+    let total = cube_sum(sum, NORM_UNITS);
     if UNIT_POS_X == 0 {
         factor[0] = min(max_norm / (total.sqrt() + NORM_EPSILON), 1.0f32);
     }

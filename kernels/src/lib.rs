@@ -22,6 +22,8 @@ mod col2im;
 mod geometry;
 mod global_norm;
 mod im2col;
+mod layer_norm;
+mod reduce;
 pub mod reference;
 
 pub use adamw::{adamw_kernel, adamw_vector_size, launch_adamw, AdamWScalars, AdamWScalarsLaunch};
@@ -35,3 +37,8 @@ pub use global_norm::{
     clip_factor_kernel, launch_clip_factor, launch_squares, squares_kernel, squares_partials, NORM_EPSILON, NORM_UNITS,
 };
 pub use im2col::{im2col_kernel, im2col_vector_size, launch_im2col};
+pub use layer_norm::{
+    launch_layer_norm_backward, launch_layer_norm_forward, launch_layer_norm_param_grads,
+    launch_layer_norm_param_grads_finish, layer_norm_backward_kernel, layer_norm_blocks, layer_norm_forward_kernel,
+    layer_norm_param_grads_finish_kernel, layer_norm_param_grads_kernel, ROWS_PER_PARTIAL, ROW_UNITS,
+};

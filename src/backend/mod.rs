@@ -57,6 +57,7 @@ pub mod attention;
 mod budget;
 pub mod conv;
 mod gelu;
+mod layer_norm;
 mod ops;
 mod optimizer;
 
@@ -64,7 +65,7 @@ pub use attention::{lean_attention, AttentionOps};
 pub use budget::{ConvBudget, InvalidBudget};
 pub use conv::{conv2d_plan, conv_transpose2d_plan, ChunkedConv, ConvPlan};
 pub use gelu::{exact_gelu, gelu_derivative, GeluOps};
-pub(crate) use optimizer::composed_clip_factor;
+pub use layer_norm::{layer_norm, LayerNormOps};
 pub use optimizer::{AdamWStep, OptimizerOps};
 
 /// A backend that forwards every op to `B`: the base leanburn replaces ops on.
@@ -181,8 +182,9 @@ impl<B: MemoryProbe + ChunkedConv> MemoryProbe for Lean<B> {
 }
 
 /// What leanburn's transformer models need of a backend beyond Burn's ops: attention whose
-/// backward keeps no scores, and GELU with its exact derivative. Every backend leanburn
-/// runs (Flex, ndarray, CubeCL, Fusion, `Lean`) and `Autodiff` over them has both.
-pub trait TransformerOps: AttentionOps + GeluOps {}
+/// backward keeps no scores, GELU with its exact derivative, and LayerNorm whose backward
+/// is one op. Every backend leanburn runs (Flex, ndarray, CubeCL, Fusion, `Lean`) and
+/// `Autodiff` over them has all three.
+pub trait TransformerOps: AttentionOps + GeluOps + LayerNormOps {}
 
-impl<B: AttentionOps + GeluOps> TransformerOps for B {}
+impl<B: AttentionOps + GeluOps + LayerNormOps> TransformerOps for B {}

@@ -16,7 +16,7 @@
 //! steps free each chunk's logits, and training steps use the fused loss of
 //! [`lm_head_loss`](super::lm_head_loss), which also keeps none for the backward pass.
 
-use crate::backend::{exact_gelu, lean_attention, TransformerOps};
+use crate::backend::{exact_gelu, layer_norm, lean_attention, TransformerOps};
 use burn::module::{Initializer, Module};
 use burn::nn::loss::CrossEntropyLossConfig;
 use burn::nn::{Dropout, DropoutConfig, Embedding, EmbeddingConfig, LayerNorm, LayerNormConfig, Linear, LinearConfig};
@@ -205,6 +205,7 @@ impl Gpt2Config {
             context: self.context,
             vocab_size: self.vocab_size,
             loss_chunk: 0,
+            layer_norm_eps: self.layer_norm_eps,
         };
         materialize_persistent(model)
     }
@@ -222,6 +223,8 @@ pub struct Gpt2<B: Backend> {
     vocab_size: usize,
     /// Tokens per loss chunk; 0 for the whole logits tensor at once.
     loss_chunk: usize,
+    /// Every LayerNorm's ε (Burn's `LayerNorm` keeps its own private).
+    layer_norm_eps: f64,
 }
 
 #[derive(Module, Debug)]
@@ -300,9 +303,10 @@ impl<B: TransformerOps> Block<B> {
     /// the linear layers multiply one `[batch · seq, d_in]` matrix (a single GEMM for each
     /// gradient too, where `[batch, seq, d_in]` inputs make Burn's weight gradient `batch`
     /// GEMMs over `seq` rows and a sum over their `[batch, d_in, d_out]` results).
-    fn forward(&self, x: Tensor<B, 2>, sequences: [usize; 2]) -> Tensor<B, 2> {
-        let x = x.clone() + self.attention.forward(self.attention_norm.forward(x), sequences);
-        x.clone() + self.mlp.forward(self.mlp_norm.forward(x))
+    /// LayerNorm is leanburn's (`backend::layer_norm`: one graph node, one op backward).
+    fn forward(&self, x: Tensor<B, 2>, sequences: [usize; 2], epsilon: f64) -> Tensor<B, 2> {
+        let x = x.clone() + self.attention.forward(layer_norm(&self.attention_norm, x, epsilon), sequences);
+        x.clone() + self.mlp.forward(layer_norm(&self.mlp_norm, x, epsilon))
     }
 }
 
@@ -319,8 +323,9 @@ impl<B: TransformerOps> Gpt2<B> {
         let x = self.token_embedding.forward(tokens) + self.position_embedding.forward(positions);
         let d = x.dims()[2];
         let x = self.dropout.forward(x).reshape([batch * seq, d]);
-        let x = self.blocks.iter().fold(x, |x, block| block.forward(x, [batch, seq]));
-        self.final_norm.forward(x).reshape([batch, seq, d])
+        let epsilon = self.layer_norm_eps;
+        let x = self.blocks.iter().fold(x, |x, block| block.forward(x, [batch, seq], epsilon));
+        layer_norm(&self.final_norm, x, epsilon).reshape([batch, seq, d])
     }
 
     /// Hidden states `[batch, seq, d]` → logits `[batch, seq, padded vocab]` through the

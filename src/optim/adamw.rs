@@ -11,8 +11,8 @@
 //! `clip_grad_norm_` then AdamW. The clipping's factor is [`OptimizerOps::clip_factor`] (on
 //! CubeCL one launch per gradient and one more), handed to each parameter's update instead
 //! of multiplied into every gradient first. On gpt2-mini on wgpu its step launches 105
-//! kernels where `GlobalNormClipping` around Burn's AdamW launched 265
-//! (`docs/benchmarks.md`). Its records are `OptimizerAdaptor<FusedAdamW, ..>`'s.
+//! kernels where `GlobalNormClipping` around Burn's AdamW, the norm from Burn's ops,
+//! launched 265 (`docs/benchmarks.md`). Its records are `OptimizerAdaptor<FusedAdamW, ..>`'s.
 
 use hashbrown::HashMap;
 
@@ -149,8 +149,7 @@ where
     type Record = AdamWRecords<B>;
 
     fn step(&mut self, lr: LearningRate, module: M, grads: GradientsParams) -> M {
-        let factor = <B::InnerBackend as OptimizerOps>::clip_factor;
-        let scale = global_norm_scale::<B, M>(&module, &grads, self.max_norm, factor);
+        let scale = global_norm_scale::<B, M>(&module, &grads, self.max_norm);
         let mut update = Update { adamw: &self.adamw, records: &mut self.records, grads, lr, scale };
         module.map(&mut update)
     }

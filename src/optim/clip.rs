@@ -10,8 +10,12 @@
 //! (give it one without its own clipping) and scales all gradients by
 //! `min(1, max_norm / (‖g‖ + 1e-6))` before that optimizer sees them.
 //!
-//! Nothing is read back to the host: the norm and the scale stay on the device, so a step
-//! that clips costs one reduction and one multiplication per parameter tensor.
+//! Nothing is read back to the host: the norm and the scale stay on the device. The factor
+//! is [`OptimizerOps::clip_factor`]: on the CubeCL backends leanburn's kernels (one launch
+//! per gradient and one more), not Burn's `sum`, which on wgpu (Burn 0.21, llvmpipe) added
+//! up only the first 262,132 elements of a million-element gradient
+//! (`docs/benchmarks.md`); elsewhere Burn's ops. Scaling then costs one multiplication per
+//! parameter tensor ([`ClippedAdamW`](super::ClippedAdamW) folds it into the update).
 
 use burn::module::{AutodiffModule, ModuleVisitor, Param, ParamId};
 use burn::optim::LearningRate;
@@ -20,7 +24,7 @@ use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Tensor, TensorPrimitive};
 use burn_backend::tensor::FloatTensor;
 
-use crate::backend::composed_clip_factor;
+use crate::backend::OptimizerOps;
 
 /// A Burn [`Optimizer`] whose gradients are first clipped by their global norm; see the
 /// [module docs](self).
@@ -52,6 +56,7 @@ impl<M, B, O> Optimizer<M, B> for GlobalNormClipping<O>
 where
     M: AutodiffModule<B>,
     B: AutodiffBackend,
+    B::InnerBackend: OptimizerOps,
     O: Optimizer<M, B>,
 {
     type Record = O::Record;
@@ -84,23 +89,27 @@ pub fn clip_by_global_norm<B: AutodiffBackend, M: AutodiffModule<B>>(
     module: &M,
     grads: GradientsParams,
     max_norm: f64,
-) -> GradientsParams {
-    let factor = composed_clip_factor::<B::InnerBackend>;
-    let Some(scale) = global_norm_scale::<B, M>(module, &grads, max_norm, factor) else { return grads };
+) -> GradientsParams
+where
+    B::InnerBackend: OptimizerOps,
+{
+    let Some(scale) = global_norm_scale::<B, M>(module, &grads, max_norm) else { return grads };
     let mut scaled = Scale { grads, scale, ids: Vec::new() };
     module.visit(&mut scaled);
     scaled.grads
 }
 
-/// `min(1, max_norm / (‖g‖₂ + 1e-6))` over `module`'s gradients in `grads`, a `[1]` f32
-/// tensor left on the device, computed by `factor` from the gradients (each parameter's
-/// once); none when `max_norm` is not positive and finite or no parameter has a gradient.
+/// `min(1, max_norm / (‖g‖₂ + 1e-6))` over `module`'s gradients in `grads` (each
+/// parameter's once), a `[1]` f32 tensor left on the device; none when `max_norm` is not
+/// positive and finite or no parameter has a gradient.
 pub(crate) fn global_norm_scale<B: AutodiffBackend, M: AutodiffModule<B>>(
     module: &M,
     grads: &GradientsParams,
     max_norm: f64,
-    factor: impl FnOnce(Vec<FloatTensor<B::InnerBackend>>, f64) -> FloatTensor<B::InnerBackend>,
-) -> Option<Tensor<B::InnerBackend, 1>> {
+) -> Option<Tensor<B::InnerBackend, 1>>
+where
+    B::InnerBackend: OptimizerOps,
+{
     if !(max_norm.is_finite() && max_norm > 0.0) {
         return None;
     }
@@ -109,7 +118,8 @@ pub(crate) fn global_norm_scale<B: AutodiffBackend, M: AutodiffModule<B>>(
     if gradients.found.is_empty() {
         return None;
     }
-    Some(Tensor::from_primitive(TensorPrimitive::Float(factor(gradients.found, max_norm))))
+    let factor = <B::InnerBackend as OptimizerOps>::clip_factor(gradients.found, max_norm);
+    Some(Tensor::from_primitive(TensorPrimitive::Float(factor)))
 }
 
 /// The module's gradients in `grads`, each parameter's once.

@@ -158,3 +158,23 @@ fn burns_adamw_records_resume_in_clipped_adamw() {
     let restart_gap = difference(&restarted, &continued);
     assert!(restart_gap > 100.0 * TOLERANCE, "restarting the moments went unnoticed ({restart_gap:.2e})");
 }
+
+/// The clipping factor of a gradient past a million elements on wgpu, through the fused
+/// stack (leanburn's kernels), against the host's f64 sum. Burn 0.21's own `sum` there
+/// added up only the first 262,132 elements (printed, not asserted: which reduction runs
+/// is autotuned).
+#[test]
+fn the_clip_factor_of_a_large_gradient_on_wgpu_is_the_hosts() {
+    use crate::backend::OptimizerOps;
+    use burn::tensor::{Distribution, ElementConversion, TensorPrimitive};
+    type W = Wgpu;
+    let device = Default::default();
+    let grad = Tensor::<W, 1>::random([1_500_007], Distribution::Uniform(-1e-3, 1e-3), &device);
+    let host: f64 = grad.to_data().to_vec::<f32>().unwrap().iter().map(|&v| f64::from(v) * f64::from(v)).sum();
+    let want = (1e-3 / (host.sqrt() + 1e-6)).min(1.0);
+    let factor = <W as OptimizerOps>::clip_factor(vec![grad.clone().into_primitive().tensor()], 1e-3);
+    let got = Tensor::<W, 1>::from_primitive(TensorPrimitive::Float(factor)).into_scalar().elem::<f64>();
+    let burns = grad.square().sum().into_scalar().elem::<f64>();
+    eprintln!("sum of squares: host {host:.6e}, Burn's sum {burns:.6e}; factor {got:.6e} against {want:.6e}");
+    assert!((got - want).abs() <= 1e-5 * want, "clip factor {got} against the host's {want}");
+}

@@ -4,7 +4,9 @@
 mod adamw;
 mod attention;
 mod conv;
+mod layer_norm;
 
 pub use adamw::{adamw, clip_factor, AdamWSettings};
 pub use attention::{attention, attention_backward, AttentionGrads, Dims};
 pub use conv::{col2im, im2col};
+pub use layer_norm::{layer_norm, layer_norm_backward};

@@ -1,0 +1,130 @@
+//! Before the step is timed: leanburn's LayerNorm against Burn's, its clipping factor
+//! against the host's (f64, from the gradients read back: Burn's own `sum` is wrong on wgpu
+//! past a million elements), and one AdamW step against Burn's AdamW, on the backend under
+//! test, once each, so that a kernel that is wrong on a new device shows as a number here,
+//! not only as a fast or slow row (as the attention part checks its kernels).
+
+use burn::module::{AutodiffModule, Module, ModuleVisitor, Param};
+use burn::nn::LayerNormConfig;
+use burn::optim::{AdamWConfig, GradientsParams, Optimizer};
+use burn::tensor::backend::{AutodiffBackend, Backend};
+use burn::tensor::{Distribution, ElementConversion, Tensor, TensorPrimitive};
+use leanburn::backend::{layer_norm, OptimizerOps};
+use leanburn::model::{Gpt2, Gpt2Config};
+use leanburn::optim::{GlobalNormClipping, ADAM_EPSILON};
+use leanburn::select::TrainBackend;
+use leanburn::trainer::ForwardLoss;
+
+use super::Args;
+
+/// Largest difference over the largest magnitude of `b`.
+fn relative<B: Backend, const D: usize>(a: Tensor<B, D>, b: Tensor<B, D>) -> f64 {
+    let scale = b.clone().abs().max().into_scalar().elem::<f64>().max(f64::MIN_POSITIVE);
+    (a - b).abs().max().into_scalar().elem::<f64>() / scale
+}
+
+/// Prints the LayerNorm's output and three gradients against Burn's, the clipping factor
+/// against the host's, and one clipped AdamW step's weights against Burn's AdamW.
+pub fn against_burn<B: TrainBackend>(args: &Args, config: &Gpt2Config, seq: usize, device: &B::Device) {
+    let d = config.d_model;
+    let norm = LayerNormConfig::new(d).with_epsilon(config.layer_norm_eps).init::<B>(device);
+    let x = Tensor::<B::InnerBackend, 2>::random([args.batch * seq, d], Distribution::Normal(0.3, 1.5), device);
+    let dy = Tensor::<B::InnerBackend, 2>::random([args.batch * seq, d], Distribution::Normal(0.0, 1.0), device);
+    let results = |lean: bool| {
+        let x = Tensor::<B, 2>::from_inner(x.clone()).require_grad();
+        let y = if lean { layer_norm(&norm, x.clone(), config.layer_norm_eps) } else { norm.forward(x.clone()) };
+        let grads = (y.clone() * Tensor::from_inner(dy.clone())).sum().backward();
+        let beta = norm.beta.as_ref().expect("GPT-2's LayerNorm has a bias");
+        let flat = |t: Tensor<B::InnerBackend, 2>| t.flatten::<1>(0, 1);
+        [
+            flat(y.inner()),
+            flat(x.grad(&grads).expect("dx")),
+            norm.gamma.grad(&grads).expect("dgamma"),
+            beta.grad(&grads).expect("dbeta"),
+        ]
+    };
+    let errors: Vec<String> = ["y", "dx", "dgamma", "dbeta"]
+        .iter()
+        .zip(results(true).into_iter().zip(results(false)))
+        .map(|(name, (a, b))| format!("{name} {:.1e}", relative(a, b)))
+        .collect();
+    eprintln!("LayerNorm, leanburn's against Burn's (largest difference over largest value): {}", errors.join(", "));
+
+    let (model, mut clipped, host) = super::training::<B>(args, config, seq, device);
+    // One set of gradients for both (a second backward pass may round differently, and
+    // Adam's first step turns any difference in a near-zero gradient into ±lr).
+    let grads = GradientsParams::from_grads(model.forward_loss(host.to_device::<B>(device)).backward(), &model);
+    let mut copy = CopyGrads { from: &grads, to: GradientsParams::new() };
+    model.visit(&mut copy);
+    // The clipping factor against the host's, summed in f64 from the gradients read back.
+    let found = gradients::<B>(&model, &grads);
+    let squares: f64 = found
+        .iter()
+        .flat_map(|g| g.clone().into_data().convert::<f32>().to_vec::<f32>().expect("f32 values"))
+        .map(|v| f64::from(v) * f64::from(v))
+        .sum();
+    let host = (1.0 / (squares.sqrt() + 1e-6)).min(1.0);
+    let factor = <B::InnerBackend as OptimizerOps>::clip_factor(
+        found.into_iter().map(|g| g.into_primitive().tensor()).collect(),
+        1.0,
+    );
+    let factor =
+        Tensor::<B::InnerBackend, 1>::from_primitive(TensorPrimitive::Float(factor)).into_scalar().elem::<f64>();
+    eprintln!(
+        "clipping factor (norm 1), leanburn's against the host's in f64: {factor:.6e} against {host:.6e}, \
+         relative difference {:.1e}",
+        (factor - host).abs() / host
+    );
+    let adamw = AdamWConfig::new().with_weight_decay(0.1).with_epsilon(ADAM_EPSILON);
+    let mut burn = GlobalNormClipping::new(adamw.init::<B, Gpt2<B>>(), 1.0);
+    let burns = burn.step(1e-3, model.clone(), copy.to);
+    let ours = clipped.step(1e-3, model, grads);
+    let (ours, burns) = (weights(&ours.valid()), weights(&burns.valid()));
+    let worst = ours.into_iter().zip(burns).map(|(a, b)| relative(a, b)).fold(0.0, f64::max);
+    eprintln!(
+        "clipped AdamW, one step, leanburn's update against Burn's AdamW at the same clipping factor \
+         (worst parameter tensor): {worst:.1e}"
+    );
+}
+
+/// A copy of each parameter's gradient in `from`.
+struct CopyGrads<'a> {
+    from: &'a GradientsParams,
+    to: GradientsParams,
+}
+
+impl<B: AutodiffBackend> ModuleVisitor<B> for CopyGrads<'_> {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+        if let Some(grad) = self.from.get::<B::InnerBackend, D>(param.id) {
+            self.to.register::<B::InnerBackend, D>(param.id, grad);
+        }
+    }
+}
+
+/// Each parameter's gradient in `grads`, flattened.
+fn gradients<B: AutodiffBackend>(model: &Gpt2<B>, grads: &GradientsParams) -> Vec<Tensor<B::InnerBackend, 1>> {
+    struct Collect<'a, B: AutodiffBackend>(&'a GradientsParams, Vec<Tensor<B::InnerBackend, 1>>);
+    impl<B: AutodiffBackend> ModuleVisitor<B> for Collect<'_, B> {
+        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+            if let Some(grad) = self.0.get::<B::InnerBackend, D>(param.id) {
+                self.1.push(grad.flatten::<1>(0, D - 1));
+            }
+        }
+    }
+    let mut collect = Collect::<B>(grads, Vec::new());
+    model.visit(&mut collect);
+    collect.1
+}
+
+/// Every parameter tensor of `model`, flattened.
+fn weights<B: Backend>(model: &Gpt2<B>) -> Vec<Tensor<B, 1>> {
+    struct Collect<B: Backend>(Vec<Tensor<B, 1>>);
+    impl<B: Backend> ModuleVisitor<B> for Collect<B> {
+        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+            self.0.push(param.val().flatten::<1>(0, D - 1));
+        }
+    }
+    let mut collect = Collect(Vec::new());
+    model.visit(&mut collect);
+    collect.0
+}

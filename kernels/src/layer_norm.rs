@@ -1,0 +1,318 @@
+//! LayerNorm over the last dimension (Ba et al., arXiv 1607.06450), forward and backward,
+//! keeping only each row's mean and reciprocal standard deviation between them.
+//!
+//! For a row `x` of `d` elements: `μ = Σx/d`, `σ² = Σ(x − μ)²/d`, `r = 1/√(σ² + ε)`,
+//! `x̂ = (x − μ)·r`, `y = x̂·γ + β`. Given `dy`, with `g = dy·γ`:
+//!
+//! ```text
+//! dx = r · (g − mean(g) − x̂ · mean(g · x̂))
+//! dγ = Σ_rows dy · x̂        dβ = Σ_rows dy
+//! ```
+//!
+//! One cube works on one row in [`layer_norm_forward_kernel`] and
+//! [`layer_norm_backward_kernel`] (its units stride over the row; sums in shared memory,
+//! f32 whatever the element type). The parameters' gradients are sums over rows:
+//! [`layer_norm_param_grads_kernel`] sums blocks of [`ROWS_PER_PARTIAL`] rows, one unit
+//! per column, and [`layer_norm_param_grads_finish_kernel`] adds the blocks' sums up (not
+//! needed when there is one block). A backward pass is two or three launches. Rows are
+//! contiguous, `d` elements each.
+
+use cubecl::prelude::*;
+use cubecl::CubeDim;
+
+use crate::reduce::cube_sum;
+
+/// Units per cube of the row kernels (a power of two).
+pub const ROW_UNITS: usize = 128;
+
+/// Units per cube of the parameter-gradient kernels: one column each.
+const COLUMN_UNITS: usize = 128;
+
+/// Rows summed into one partial sum of the parameters' gradients.
+pub const ROWS_PER_PARTIAL: usize = 256;
+
+/// Most cubes along one axis of a launch.
+const MAX_CUBES_PER_AXIS: usize = 65_535;
+
+/// The row this cube works on (the grid may be two-dimensional), and whether it is one.
+#[cube]
+fn cube_row(rows: usize) -> (usize, bool) {
+    let row = CUBE_POS_Y as usize * CUBE_COUNT_X as usize + CUBE_POS_X as usize;
+    (row, row < rows)
+}
+
+/// Writes `y`, and each row's `mean` and `rstd` (f32), from `x`, `gamma` and, when
+/// `has_beta`, `beta` (else `beta` is not read).
+#[cube(launch_unchecked)]
+#[allow(clippy::too_many_arguments)]
+pub fn layer_norm_forward_kernel<F: Float>(
+    x: &Tensor<F>,
+    gamma: &Tensor<F>,
+    beta: &Tensor<F>,
+    y: &mut Tensor<F>,
+    mean: &mut Tensor<f32>,
+    rstd: &mut Tensor<f32>,
+    rows: usize,
+    d: usize,
+    epsilon: f32,
+    #[comptime] has_beta: bool,
+) {
+    let (row, active) = cube_row(rows);
+    if !active {
+        terminate!();
+    }
+    let base = row * d;
+    let first = UNIT_POS_X as usize;
+    let mut sum = 0.0f32;
+    let mut i = first;
+    while i < d {
+        sum += f32::cast_from(x[base + i]);
+        i += ROW_UNITS;
+    }
+    let mu = cube_sum(sum, ROW_UNITS) / f32::cast_from(d);
+    let mut squares = 0.0f32;
+    i = first;
+    while i < d {
+        let centered = f32::cast_from(x[base + i]) - mu;
+        squares += centered * centered;
+        i += ROW_UNITS;
+    }
+    let deviation = (cube_sum(squares, ROW_UNITS) / f32::cast_from(d) + epsilon).sqrt();
+    i = first;
+    while i < d {
+        let mut value = (f32::cast_from(x[base + i]) - mu) / deviation * f32::cast_from(gamma[i]);
+        if has_beta {
+            value += f32::cast_from(beta[i]);
+        }
+        y[base + i] = F::cast_from(value);
+        i += ROW_UNITS;
+    }
+    if first == 0 {
+        mean[row] = mu;
+        rstd[row] = 1.0f32 / deviation;
+    }
+}
+
+/// Writes `dx` from `x`, `gamma`, the forward's `mean` and `rstd`, and `dy`.
+#[cube(launch_unchecked)]
+#[allow(clippy::too_many_arguments)]
+pub fn layer_norm_backward_kernel<F: Float>(
+    x: &Tensor<F>,
+    gamma: &Tensor<F>,
+    mean: &Tensor<f32>,
+    rstd: &Tensor<f32>,
+    dy: &Tensor<F>,
+    dx: &mut Tensor<F>,
+    rows: usize,
+    d: usize,
+) {
+    let (row, active) = cube_row(rows);
+    if !active {
+        terminate!();
+    }
+    let base = row * d;
+    let (mu, r) = (mean[row], rstd[row]);
+    let first = UNIT_POS_X as usize;
+    let mut sum_g = 0.0f32;
+    let mut sum_gx = 0.0f32;
+    let mut i = first;
+    while i < d {
+        let g = f32::cast_from(dy[base + i]) * f32::cast_from(gamma[i]);
+        let x_hat = (f32::cast_from(x[base + i]) - mu) * r;
+        sum_g += g;
+        sum_gx += g * x_hat;
+        i += ROW_UNITS;
+    }
+    let mean_g = cube_sum(sum_g, ROW_UNITS) / f32::cast_from(d);
+    let mean_gx = cube_sum(sum_gx, ROW_UNITS) / f32::cast_from(d);
+    i = first;
+    while i < d {
+        let g = f32::cast_from(dy[base + i]) * f32::cast_from(gamma[i]);
+        let x_hat = (f32::cast_from(x[base + i]) - mu) * r;
+        dx[base + i] = F::cast_from(r * (g - mean_g - x_hat * mean_gx));
+        i += ROW_UNITS;
+    }
+}
+
+/// Cube `(c, b)`: for the columns `c · COLUMN_UNITS ..` (one a unit) and the rows of block
+/// `b`, `Σ dy · x̂` into `dgamma[b, column]` and `Σ dy` into `dbeta[b, column]`.
+#[cube(launch_unchecked)]
+#[allow(clippy::too_many_arguments)]
+pub fn layer_norm_param_grads_kernel<F: Float, G: Float>(
+    x: &Tensor<F>,
+    mean: &Tensor<f32>,
+    rstd: &Tensor<f32>,
+    dy: &Tensor<F>,
+    dgamma: &mut Tensor<G>,
+    dbeta: &mut Tensor<G>,
+    rows: usize,
+    d: usize,
+) {
+    let column = CUBE_POS_X as usize * COLUMN_UNITS + UNIT_POS_X as usize;
+    if column >= d {
+        terminate!();
+    }
+    let block = CUBE_POS_Y as usize;
+    let start = block * ROWS_PER_PARTIAL;
+    let end = min(start + ROWS_PER_PARTIAL, rows);
+    let mut sum_gamma = 0.0f32;
+    let mut sum_beta = 0.0f32;
+    for row in start..end {
+        let at = row * d + column;
+        let grad = f32::cast_from(dy[at]);
+        sum_gamma += grad * (f32::cast_from(x[at]) - mean[row]) * rstd[row];
+        sum_beta += grad;
+    }
+    dgamma[block * d + column] = G::cast_from(sum_gamma);
+    dbeta[block * d + column] = G::cast_from(sum_beta);
+}
+
+/// One unit per column: the sums of the `blocks` partial rows of `partial_gamma` and
+/// `partial_beta` (`[blocks, d]` f32), as `F`.
+#[cube(launch_unchecked)]
+pub fn layer_norm_param_grads_finish_kernel<F: Float>(
+    partial_gamma: &Tensor<f32>,
+    partial_beta: &Tensor<f32>,
+    dgamma: &mut Tensor<F>,
+    dbeta: &mut Tensor<F>,
+    blocks: usize,
+    d: usize,
+) {
+    let column = CUBE_POS_X as usize * COLUMN_UNITS + UNIT_POS_X as usize;
+    if column >= d {
+        terminate!();
+    }
+    let mut sum_gamma = 0.0f32;
+    let mut sum_beta = 0.0f32;
+    for block in 0..blocks {
+        sum_gamma += partial_gamma[block * d + column];
+        sum_beta += partial_beta[block * d + column];
+    }
+    dgamma[column] = F::cast_from(sum_gamma);
+    dbeta[column] = F::cast_from(sum_beta);
+}
+
+/// One cube per row, in a grid of at most 65,535 cubes a side.
+fn row_cubes(rows: usize) -> CubeCount {
+    let x = rows.clamp(1, MAX_CUBES_PER_AXIS);
+    CubeCount::Static(x as u32, rows.div_ceil(x).max(1) as u32, 1)
+}
+
+/// The blocks of [`ROWS_PER_PARTIAL`] rows the parameters' gradients are summed in.
+pub fn layer_norm_blocks(rows: usize) -> usize {
+    rows.div_ceil(ROWS_PER_PARTIAL).max(1)
+}
+
+/// Runs the forward kernel over `rows` rows of `d`.
+///
+/// # Safety
+/// `x` and `y` must be contiguous `[rows, d]` tensors of `F`, `gamma` (and `beta`) `[d]`,
+/// `mean` and `rstd` `[rows]` f32; `beta` may be any tensor when `has_beta` is false.
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn launch_layer_norm_forward<R: Runtime, F: Float + CubeElement>(
+    client: &ComputeClient<R>,
+    [x, gamma, beta]: [TensorArg<R>; 3],
+    [y, mean, rstd]: [TensorArg<R>; 3],
+    rows: usize,
+    d: usize,
+    epsilon: f32,
+    has_beta: bool,
+) {
+    layer_norm_forward_kernel::launch_unchecked::<F, R>(
+        client,
+        row_cubes(rows),
+        CubeDim::new_1d(ROW_UNITS as u32),
+        x,
+        gamma,
+        beta,
+        y,
+        mean,
+        rstd,
+        rows,
+        d,
+        epsilon,
+        has_beta,
+    );
+}
+
+/// Runs the backward kernel for `dx`.
+///
+/// # Safety
+/// `x`, `dy` and `dx` must be contiguous `[rows, d]` tensors of `F`, `gamma` `[d]`, `mean`
+/// and `rstd` the forward's `[rows]` f32.
+pub unsafe fn launch_layer_norm_backward<R: Runtime, F: Float + CubeElement>(
+    client: &ComputeClient<R>,
+    [x, gamma, mean, rstd, dy]: [TensorArg<R>; 5],
+    dx: TensorArg<R>,
+    rows: usize,
+    d: usize,
+) {
+    layer_norm_backward_kernel::launch_unchecked::<F, R>(
+        client,
+        row_cubes(rows),
+        CubeDim::new_1d(ROW_UNITS as u32),
+        x,
+        gamma,
+        mean,
+        rstd,
+        dy,
+        dx,
+        rows,
+        d,
+    );
+}
+
+/// Sums `dy · x̂` and `dy` over each block of [`ROWS_PER_PARTIAL`] rows into `sums`
+/// (`[dgamma, dbeta]`, each `[layer_norm_blocks(rows), d]` of `G`): with one block, the
+/// parameters' gradients themselves; else partial sums (f32) for
+/// [`launch_layer_norm_param_grads_finish`].
+///
+/// # Safety
+/// `x` and `dy` must be contiguous `[rows, d]` tensors of `F`, `mean` and `rstd` the
+/// forward's `[rows]` f32, `sums` as above.
+pub unsafe fn launch_layer_norm_param_grads<R: Runtime, F: Float + CubeElement, G: Float + CubeElement>(
+    client: &ComputeClient<R>,
+    [x, mean, rstd, dy]: [TensorArg<R>; 4],
+    [dgamma, dbeta]: [TensorArg<R>; 2],
+    rows: usize,
+    d: usize,
+) {
+    layer_norm_param_grads_kernel::launch_unchecked::<F, G, R>(
+        client,
+        CubeCount::Static(d.div_ceil(COLUMN_UNITS) as u32, layer_norm_blocks(rows) as u32, 1),
+        CubeDim::new_1d(COLUMN_UNITS as u32),
+        x,
+        mean,
+        rstd,
+        dy,
+        dgamma,
+        dbeta,
+        rows,
+        d,
+    );
+}
+
+/// Adds the `blocks` partial sums (`[blocks, d]` f32 each) up into the parameters'
+/// gradients `dgamma` and `dbeta` (`[d]` of `F`).
+///
+/// # Safety
+/// The tensors must have the shapes and types above, contiguous.
+pub unsafe fn launch_layer_norm_param_grads_finish<R: Runtime, F: Float + CubeElement>(
+    client: &ComputeClient<R>,
+    [partial_gamma, partial_beta]: [TensorArg<R>; 2],
+    [dgamma, dbeta]: [TensorArg<R>; 2],
+    blocks: usize,
+    d: usize,
+) {
+    layer_norm_param_grads_finish_kernel::launch_unchecked::<F, R>(
+        client,
+        CubeCount::Static(d.div_ceil(COLUMN_UNITS) as u32, 1, 1),
+        CubeDim::new_1d(COLUMN_UNITS as u32),
+        partial_gamma,
+        partial_beta,
+        dgamma,
+        dbeta,
+        blocks,
+        d,
+    );
+}
