@@ -126,10 +126,16 @@ fn f16_training_survives_an_injected_overflow_and_keeps_learning() {
         half.overflows, half.scale
     );
     assert!(half.overflows.first() == Some(&0), "the injected overflow was not caught: {:?}", half.overflows);
+    // The scale comes down until the scaled gradients stay finite, then holds. It need not
+    // fall below f16's largest value: the loss is scaled in f32. Since 2026-11-27 the
+    // LayerNorms compute in f32 inside leanburn's kernel, and this run stops overflowing
+    // at 2^17; with Burn's f16 LayerNorm it came down to 2^15 or below (this test asserted
+    // at most 65,504 then).
+    assert!(half.scale.is_some_and(|scale| scale < 1_048_576.0), "the scale did not come down: {:?}", half.scale);
     assert!(
-        half.scale.is_some_and(|scale| scale <= 65_504.0),
-        "the scale came down below f16's range: {:?}",
-        half.scale
+        half.overflows.iter().all(|&step| step < 20),
+        "the scale came down and still overflowed in the second half: {:?}",
+        half.overflows
     );
     assert_eq!(half.overflow_steps, half.overflows.len());
     assert!(half.master_in_f32, "the master weights must stay f32");
