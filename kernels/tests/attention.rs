@@ -5,6 +5,9 @@
 //! head dimension 64 in f16, to keep llvmpipe's compile time down).
 //! Controls: the same comparison fails for the other mask and for a dropped log-sum-exp.
 
+mod common;
+
+use common::Element;
 use cubecl::prelude::*;
 use cubecl::wgpu::{WgpuDevice, WgpuRuntime};
 
@@ -88,29 +91,6 @@ struct Run {
     dq: Vec<f32>,
     dk: Vec<f32>,
     dv: Vec<f32>,
-}
-
-trait Element: Float + CubeElement {
-    fn narrow(values: &[f32]) -> Vec<Self>;
-    fn widen(values: &[Self]) -> Vec<f32>;
-}
-
-impl Element for f32 {
-    fn narrow(values: &[f32]) -> Vec<Self> {
-        values.to_vec()
-    }
-    fn widen(values: &[Self]) -> Vec<f32> {
-        values.to_vec()
-    }
-}
-
-impl Element for half::f16 {
-    fn narrow(values: &[f32]) -> Vec<Self> {
-        values.iter().map(|&v| half::f16::from_f32(v)).collect()
-    }
-    fn widen(values: &[Self]) -> Vec<f32> {
-        values.iter().map(|v| v.to_f32()).collect()
-    }
 }
 
 /// Forward, then backward of `Σ grad ∘ output`; `lse_override` replaces the forward's

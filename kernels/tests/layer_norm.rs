@@ -5,6 +5,9 @@
 //! Controls: a backward pass fed the wrong row statistics, and the forward with the wrong
 //! ε, are caught.
 
+mod common;
+
+use common::Element;
 use cubecl::prelude::*;
 use cubecl::wgpu::{WgpuDevice, WgpuRuntime};
 
@@ -22,29 +25,6 @@ const F32_TOLERANCE: f32 = 2e-5;
 /// f16 inputs and outputs (f32 arithmetic): the outputs' rounding dominates.
 const F16_TOLERANCE: f32 = 4e-3;
 const EPSILON: f64 = 1e-5;
-
-trait Element: Float + CubeElement {
-    fn narrow(values: &[f32]) -> Vec<Self>;
-    fn widen(values: &[Self]) -> Vec<f32>;
-}
-
-impl Element for f32 {
-    fn narrow(values: &[f32]) -> Vec<Self> {
-        values.to_vec()
-    }
-    fn widen(values: &[Self]) -> Vec<f32> {
-        values.to_vec()
-    }
-}
-
-impl Element for half::f16 {
-    fn narrow(values: &[f32]) -> Vec<Self> {
-        values.iter().map(|&v| half::f16::from_f32(v)).collect()
-    }
-    fn widen(values: &[Self]) -> Vec<f32> {
-        values.iter().map(|v| v.to_f32()).collect()
-    }
-}
 
 struct Run {
     y: Vec<f32>,

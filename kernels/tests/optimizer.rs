@@ -11,6 +11,9 @@
 //! and f16 together, norms above and below the clipping norm. Control: a gradient left out
 //! is caught.
 
+mod common;
+
+use common::Element;
 use cubecl::prelude::*;
 use cubecl::wgpu::{WgpuDevice, WgpuRuntime};
 
@@ -23,29 +26,6 @@ use rand::{Rng, SeedableRng};
 const F32_TOLERANCE: f32 = 1e-6;
 /// f16 outputs: their own rounding (2⁻¹¹ relative) dominates.
 const F16_TOLERANCE: f32 = 1e-3;
-
-trait Element: Float + CubeElement {
-    fn narrow(values: &[f32]) -> Vec<Self>;
-    fn widen(values: &[Self]) -> Vec<f32>;
-}
-
-impl Element for f32 {
-    fn narrow(values: &[f32]) -> Vec<Self> {
-        values.to_vec()
-    }
-    fn widen(values: &[Self]) -> Vec<f32> {
-        values.to_vec()
-    }
-}
-
-impl Element for half::f16 {
-    fn narrow(values: &[f32]) -> Vec<Self> {
-        values.iter().map(|&v| half::f16::from_f32(v)).collect()
-    }
-    fn widen(values: &[Self]) -> Vec<f32> {
-        values.iter().map(|v| v.to_f32()).collect()
-    }
-}
 
 /// The kernel's scalars for `settings`, computed as leanburn's optimizer does (in f32,
 /// the bias corrections as Burn's AdamW: `1 − βᵗ` with `powi` in f32).

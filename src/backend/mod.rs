@@ -53,9 +53,24 @@ pub(crate) fn has_kernels(dtype: DType) -> bool {
     matches!(dtype, DType::F32 | DType::F16 | DType::BF16)
 }
 
+/// `tensor` as the element-wise kernels read it: contiguous and of `dtype` (a copy only
+/// where it is not).
+pub(crate) fn contiguous_of<R: burn_cubecl::CubeRuntime>(
+    tensor: burn_cubecl::tensor::CubeTensor<R>,
+    dtype: DType,
+) -> burn_cubecl::tensor::CubeTensor<R> {
+    let tensor = if tensor.dtype == dtype { tensor } else { burn_cubecl::kernel::cast(tensor, dtype) };
+    if tensor.is_contiguous() {
+        tensor
+    } else {
+        burn_cubecl::kernel::into_contiguous(tensor)
+    }
+}
+
 pub mod attention;
 mod budget;
 pub mod conv;
+mod custom_op;
 mod gelu;
 mod layer_norm;
 mod ops;

@@ -7,11 +7,12 @@ use core::marker::PhantomData;
 
 use burn_backend::tensor::FloatTensor;
 use burn_backend::{DType, Shape};
-use burn_fusion::stream::{Operation, OperationStreams};
+use burn_fusion::stream::Operation;
 use burn_fusion::{Fusion, FusionBackend, FusionRuntime};
-use burn_ir::{CustomOpIr, HandleContainer, OperationIr, OperationOutput, TensorIr};
+use burn_ir::{CustomOpIr, HandleContainer};
 
 use super::{blocked, kernel_inputs, AttentionOps};
+use crate::backend::custom_op::queue_custom;
 
 /// Which pass one queued operation runs on the inner backend.
 #[derive(Clone, Copy, Debug)]
@@ -69,16 +70,12 @@ fn queue<B: FusionBackend + AttentionOps, const N: usize>(
     outputs: [(Shape, DType); N],
     causal: bool,
 ) -> [FloatTensor<Fusion<B>>; N] {
-    let client = inputs[0].client.clone();
-    let streams = OperationStreams::with_inputs(&inputs);
-    let outputs: Vec<TensorIr> = outputs
-        .into_iter()
-        .map(|(shape, dtype)| TensorIr::uninit(client.create_empty_handle(), shape, dtype))
-        .collect();
-    let inputs: Vec<TensorIr> = inputs.into_iter().map(|tensor| tensor.into_ir()).collect();
-    let desc = CustomOpIr::new(name, &inputs, &outputs);
-    let op = QueuedAttention::<B> { desc: desc.clone(), pass, causal, _backend: PhantomData };
-    client.register(streams, OperationIr::Custom(desc), op).outputs()
+    queue_custom::<B, _, N>(name, inputs, outputs, |desc| QueuedAttention::<B> {
+        desc,
+        pass,
+        causal,
+        _backend: PhantomData,
+    })
 }
 
 /// Whether the inner backend runs its kernels for these inputs.

@@ -14,12 +14,13 @@ use core::marker::PhantomData;
 
 use burn_backend::tensor::FloatTensor;
 use burn_backend::Shape;
-use burn_fusion::stream::{Operation, OperationStreams};
+use burn_fusion::stream::Operation;
 use burn_fusion::{Fusion, FusionBackend, FusionRuntime};
-use burn_ir::{CustomOpIr, HandleContainer, OperationIr, OperationOutput, TensorIr};
+use burn_ir::{CustomOpIr, HandleContainer};
 use leanburn_kernels::ConvGeometry;
 
 use super::ChunkedConv;
+use crate::backend::custom_op::queue_custom;
 
 /// The pixel move one queued operation runs on the inner backend.
 #[derive(Clone, Copy, Debug)]
@@ -82,21 +83,17 @@ fn queue<B: FusionBackend + ChunkedConv>(
     chunk: usize,
 ) -> FloatTensor<Fusion<B>> {
     // The output has the image's element type: the last input.
-    let image = inputs.last().expect("a pixel move has an image");
-    let (client, dtype) = (image.client.clone(), image.dtype);
-    let streams = OperationStreams::with_inputs(&inputs);
-    let output = TensorIr::uninit(client.create_empty_handle(), shape, dtype);
-    let inputs: Vec<TensorIr> = inputs.into_iter().map(|tensor| tensor.into_ir()).collect();
-    let desc = CustomOpIr::new(kind.name(), &inputs, &[output]);
-    let op = QueuedPixelMove::<B> {
-        desc: desc.clone(),
+    let dtype = inputs.last().expect("a pixel move has an image").dtype;
+    let geometry = *geometry;
+    let [output] = queue_custom::<B, _, 1>(kind.name(), inputs, [(shape, dtype)], |desc| QueuedPixelMove::<B> {
+        desc,
         kind,
-        geometry: *geometry,
+        geometry,
         batch_offset,
         chunk,
         _backend: PhantomData,
-    };
-    client.register(streams, OperationIr::Custom(desc), op).output()
+    });
+    output
 }
 
 /// Over a fused backend, `Lean` runs the inner backend's pixel moves: leanburn's kernels

@@ -3,7 +3,6 @@
 use burn_backend::ops::ModuleOps;
 use burn_backend::tensor::FloatTensor;
 use burn_backend::{DType, Shape};
-use burn_cubecl::kernel::{cast, into_contiguous};
 use burn_cubecl::ops::numeric::empty_device_contiguous_dtype;
 use burn_cubecl::tensor::CubeTensor;
 use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElement};
@@ -13,17 +12,7 @@ use leanburn_kernels::{
 };
 
 use super::{composed_backward, composed_forward, LayerNormOps};
-use crate::backend::has_kernels;
-
-/// `tensor`, contiguous and of `dtype` (a copy only where it is not).
-fn prepared<R: CubeRuntime>(tensor: CubeTensor<R>, dtype: DType) -> CubeTensor<R> {
-    let tensor = if tensor.dtype == dtype { tensor } else { cast(tensor, dtype) };
-    if tensor.is_contiguous() {
-        tensor
-    } else {
-        into_contiguous(tensor)
-    }
-}
+use crate::backend::{contiguous_of, has_kernels};
 
 /// `(rows, d)` of `x` viewed as `[rows, d]`.
 fn rows<R: CubeRuntime>(x: &CubeTensor<R>) -> (usize, usize) {
@@ -70,11 +59,11 @@ where
         let (dtype, shape) = (x.dtype, x.meta.shape().clone());
         let (rows, d) = rows(&x);
         let (client, device) = (x.client.clone(), x.device.clone());
-        let x = prepared(x, dtype);
-        let gamma = prepared(gamma, dtype);
+        let x = contiguous_of(x, dtype);
+        let gamma = contiguous_of(gamma, dtype);
         let has_beta = beta.is_some();
         // Without β the kernel reads none; γ stands in for the binding.
-        let beta = beta.map_or_else(|| gamma.clone(), |beta| prepared(beta, dtype));
+        let beta = beta.map_or_else(|| gamma.clone(), |beta| contiguous_of(beta, dtype));
         let y = empty_device_contiguous_dtype(client.clone(), device.clone(), shape, dtype);
         let stat = || empty_device_contiguous_dtype(client.clone(), device.clone(), Shape::new([rows]), DType::F32);
         let (mean, rstd) = (stat(), stat());
@@ -106,8 +95,8 @@ where
         let (dtype, shape) = (x.dtype, x.meta.shape().clone());
         let (rows, d) = rows(&x);
         let (client, device) = (x.client.clone(), x.device.clone());
-        let [x, gamma, grad] = [x, gamma, grad].map(|t| prepared(t, dtype));
-        let [mean, rstd] = [mean, rstd].map(|t| prepared(t, DType::F32));
+        let [x, gamma, grad] = [x, gamma, grad].map(|t| contiguous_of(t, dtype));
+        let [mean, rstd] = [mean, rstd].map(|t| contiguous_of(t, DType::F32));
         let empty =
             |shape: Shape, dtype: DType| empty_device_contiguous_dtype(client.clone(), device.clone(), shape, dtype);
         let dx = empty(shape, dtype);

@@ -7,11 +7,12 @@ use core::marker::PhantomData;
 use burn_backend::ops::ModuleOps;
 use burn_backend::tensor::FloatTensor;
 use burn_backend::{DType, Shape};
-use burn_fusion::stream::{Operation, OperationStreams};
+use burn_fusion::stream::Operation;
 use burn_fusion::{Fusion, FusionBackend, FusionRuntime};
-use burn_ir::{CustomOpIr, HandleContainer, OperationIr, OperationOutput, TensorIr};
+use burn_ir::{CustomOpIr, HandleContainer};
 
 use super::LayerNormOps;
+use crate::backend::custom_op::queue_custom;
 
 /// Which pass one queued operation runs on the inner backend.
 #[derive(Clone, Copy, Debug)]
@@ -56,16 +57,7 @@ fn queue<B: FusionBackend + LayerNormOps>(
     inputs: Vec<FloatTensor<Fusion<B>>>,
     outputs: [(Shape, DType); 3],
 ) -> [FloatTensor<Fusion<B>>; 3] {
-    let client = inputs[0].client.clone();
-    let streams = OperationStreams::with_inputs(&inputs);
-    let outputs: Vec<TensorIr> = outputs
-        .into_iter()
-        .map(|(shape, dtype)| TensorIr::uninit(client.create_empty_handle(), shape, dtype))
-        .collect();
-    let inputs: Vec<TensorIr> = inputs.into_iter().map(|tensor| tensor.into_ir()).collect();
-    let desc = CustomOpIr::new(name, &inputs, &outputs);
-    let op = QueuedLayerNorm::<B> { desc: desc.clone(), pass, _backend: PhantomData };
-    client.register(streams, OperationIr::Custom(desc), op).outputs()
+    queue_custom::<B, _, 3>(name, inputs, outputs, |desc| QueuedLayerNorm::<B> { desc, pass, _backend: PhantomData })
 }
 
 impl<B: FusionBackend + LayerNormOps> LayerNormOps for Fusion<B> {

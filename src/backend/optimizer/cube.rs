@@ -3,24 +3,13 @@
 
 use burn_backend::tensor::FloatTensor;
 use burn_backend::{DType, Shape};
-use burn_cubecl::kernel::{cast, into_contiguous};
 use burn_cubecl::ops::numeric::empty_device_contiguous_dtype;
 use burn_cubecl::tensor::CubeTensor;
 use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElement};
 use leanburn_kernels::{launch_adamw, launch_clip_factor, launch_squares, squares_partials, AdamWScalars};
 
 use super::{composed, composed_clip_factor, AdamWStep, OptimizerOps};
-use crate::backend::has_kernels;
-
-/// `tensor`, contiguous and of `dtype` (a copy only where it is not).
-fn prepared<R: CubeRuntime>(tensor: CubeTensor<R>, dtype: DType) -> CubeTensor<R> {
-    let tensor = if tensor.dtype == dtype { tensor } else { cast(tensor, dtype) };
-    if tensor.is_contiguous() {
-        tensor
-    } else {
-        into_contiguous(tensor)
-    }
-}
+use crate::backend::{contiguous_of, has_kernels};
 
 impl<R, F, I, BT> OptimizerOps for CubeBackend<R, F, I, BT>
 where
@@ -44,14 +33,14 @@ where
         }
         let (client, device) = (param.client.clone(), param.device.clone());
         let scale = match scale {
-            Some(scale) => prepared(scale, DType::F32),
+            Some(scale) => contiguous_of(scale, DType::F32),
             None => {
                 let one = client.create_from_slice(&1.0f32.to_le_bytes());
                 CubeTensor::new_contiguous(client.clone(), device.clone(), [1].into(), one, DType::F32)
             }
         };
-        let [moment_1, moment_2] = moments.map(|t| prepared(t, dtype));
-        let inputs = [prepared(param, dtype), prepared(grad, dtype), moment_1, moment_2];
+        let [moment_1, moment_2] = moments.map(|t| contiguous_of(t, dtype));
+        let inputs = [contiguous_of(param, dtype), contiguous_of(grad, dtype), moment_1, moment_2];
         let outputs =
             [0; 3].map(|_| empty_device_contiguous_dtype(client.clone(), device.clone(), shape.clone(), dtype));
         let (c1, c2) = step.corrections();
@@ -90,7 +79,7 @@ where
         let mut offset = 0;
         for grad in grads {
             let (len, dtype) = (grad.meta.num_elements(), grad.dtype);
-            let grad = prepared(grad, dtype);
+            let grad = contiguous_of(grad, dtype);
             // SAFETY: the gradient is contiguous with `len` elements; its slots,
             // `offset .. offset + squares_partials(len)`, are inside `partials`.
             unsafe {

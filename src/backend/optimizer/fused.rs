@@ -6,11 +6,12 @@ use core::marker::PhantomData;
 
 use burn_backend::tensor::FloatTensor;
 use burn_backend::{DType, Shape};
-use burn_fusion::stream::{Operation, OperationStreams};
+use burn_fusion::stream::Operation;
 use burn_fusion::{Fusion, FusionBackend, FusionRuntime};
-use burn_ir::{CustomOpIr, HandleContainer, OperationIr, OperationOutput, TensorIr};
+use burn_ir::{CustomOpIr, HandleContainer};
 
 use super::{AdamWStep, OptimizerOps};
+use crate::backend::custom_op::queue_custom;
 
 /// Which op one queued operation runs on the inner backend.
 #[derive(Clone, Copy, Debug)]
@@ -53,16 +54,7 @@ fn queue<B: FusionBackend + OptimizerOps, const N: usize>(
     inputs: Vec<FloatTensor<Fusion<B>>>,
     outputs: [(Shape, DType); N],
 ) -> [FloatTensor<Fusion<B>>; N] {
-    let client = inputs[0].client.clone();
-    let streams = OperationStreams::with_inputs(&inputs);
-    let outputs: Vec<TensorIr> = outputs
-        .into_iter()
-        .map(|(shape, dtype)| TensorIr::uninit(client.create_empty_handle(), shape, dtype))
-        .collect();
-    let inputs: Vec<TensorIr> = inputs.into_iter().map(|tensor| tensor.into_ir()).collect();
-    let desc = CustomOpIr::new(name, &inputs, &outputs);
-    let queued = QueuedOp::<B> { desc: desc.clone(), op, _backend: PhantomData };
-    client.register(streams, OperationIr::Custom(desc), queued).outputs()
+    queue_custom::<B, _, N>(name, inputs, outputs, |desc| QueuedOp::<B> { desc, op, _backend: PhantomData })
 }
 
 impl<B: FusionBackend + OptimizerOps> OptimizerOps for Fusion<B> {
