@@ -19,6 +19,7 @@ use std::sync::Arc;
 use burn::data::dataloader::batcher::Batcher;
 use burn::data::dataloader::DataLoaderBuilder;
 use burn::data::dataset::Dataset;
+use burn::data::dataset::InMemDataset;
 use burn::module::Module;
 use burn::optim::AdamConfig;
 use burn::record::CompactRecorder;
@@ -26,7 +27,7 @@ use burn::train::metric::{AccuracyMetric, LossMetric};
 use burn::train::{Learner, SupervisedTraining, TrainingStrategy};
 use clap::Parser;
 use common::{bad_input, exit_on_failure, init_kernel_cache, Failure, Mode};
-use leanburn::data::{shapes_dataset, ImageBatch, ShapeBatcher, SHAPE_CLASSES};
+use leanburn::data::{shapes_dataset, IdxImages, ImageBatch, ShapeBatcher, SHAPE_CLASSES};
 use leanburn::model::{ConvClassifier, ConvClassifierConfig};
 use leanburn::select::{select, BackendArgs, BackendJob, TrainBackend};
 use leanburn::strategy::HybridStrategy;
@@ -45,13 +46,18 @@ struct Args {
     /// Images per batch.
     #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u64).range(1..))]
     batch: u64,
-    /// Training images (generated once, the same every epoch).
+    /// Training images (generated once, the same every epoch; with `--data`, the set's
+    /// images not held out).
     #[arg(long, default_value_t = 4096, value_parser = clap::value_parser!(u64).range(1..))]
     train_images: u64,
     /// Held-out images.
     #[arg(long, default_value_t = 512, value_parser = clap::value_parser!(u64).range(1..))]
     valid_images: u64,
-    /// Image side in pixels.
+    /// A directory with a labelled image set in MNIST's IDX format, in place of the
+    /// generated shapes.
+    #[arg(long)]
+    data: Option<PathBuf>,
+    /// Image side in pixels (generated shapes; `--data` images keep their own).
     #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u64).range(8..=1024))]
     resolution: u64,
     /// Peak Adam learning rate (linear warmup over 10% of the steps, cosine decay to a tenth).
@@ -81,37 +87,67 @@ fn run(args: Args) -> Result<(), Failure> {
     if !(args.lr.is_finite() && args.lr > 0.0) {
         return Err(bad_input(format!("--lr must be a positive number, got {}", args.lr)));
     }
-    let config = ConvClassifierConfig::new().with_classes(SHAPE_CLASSES);
-    if (args.resolution as usize) < config.min_resolution() {
-        return Err(bad_input(format!("--resolution must be at least {}", config.min_resolution())));
+    // `--data`'s images are read first: their classes and side shape the net.
+    let images = match &args.data {
+        Some(dir) => {
+            let images = IdxImages::load(dir).map_err(|e| bad_input(format!("--data: {e}")))?;
+            Some(images.split_off(args.valid_images as usize).map_err(|e| bad_input(format!("--data: {e}")))?)
+        }
+        None => None,
+    };
+    let (classes, channels, side) = match &images {
+        Some((train, _)) => (train.classes(), 1, train.side()),
+        None => (SHAPE_CLASSES, 3, args.resolution as usize),
+    };
+    let config = ConvClassifierConfig::new().with_classes(classes).with_in_channels(channels);
+    if side < config.min_resolution() {
+        let what = if images.is_some() { "the --data images' side" } else { "--resolution" };
+        return Err(bad_input(format!("{what} must be at least {}, got {side}", config.min_resolution())));
     }
     init_kernel_cache(&args.backend)?;
     let selection = select(&args.backend).map_err(|e| Failure { code: e.exit_code(), message: e.to_string() })?;
     eprintln!("{selection}");
-    println!("{}", selection.run(Job { args, config })?);
+    println!("{}", selection.run(Job { args, config, images })?);
     Ok(())
 }
 
 struct Job {
     args: Args,
     config: ConvClassifierConfig,
+    /// `--data`'s images, training and held out (none: generated shapes).
+    images: Option<(IdxImages, IdxImages)>,
+}
+
+/// One dataset item per image of `images`.
+fn idx_dataset(images: &IdxImages) -> InMemDataset<ImageBatch> {
+    InMemDataset::new((0..images.len()).map(|i| images.batch(&[i])).collect())
 }
 
 impl BackendJob for Job {
     type Output = Result<String, Failure>;
 
     fn run<B: TrainBackend>(self, device: B::Device) -> Self::Output {
-        let Job { args, config } = self;
+        let Job { args, config, images } = self;
         B::seed(&device, args.seed);
         let resolution = args.resolution as usize;
         let data = |count: u64, seed: u64| shapes_dataset(resolution, count as usize, seed, 0.05);
-        let train = data(args.train_images, args.seed).map_err(|e| bad_input(e.to_string()))?;
-        let valid = data(args.valid_images, args.seed ^ 0x5EED).map_err(|e| bad_input(e.to_string()))?;
+        let (train, valid, task) = match &images {
+            Some((train, held_out)) => (idx_dataset(train), idx_dataset(held_out), "the --data images"),
+            None => (
+                data(args.train_images, args.seed).map_err(|e| bad_input(e.to_string()))?,
+                data(args.valid_images, args.seed ^ 0x5EED).map_err(|e| bad_input(e.to_string()))?,
+                "shapes",
+            ),
+        };
+        let held_out: Vec<ImageBatch> = valid.iter().collect();
+        let train_images = train.len();
         let batch = args.batch as usize;
         let train = DataLoaderBuilder::<B, _, _>::new(ShapeBatcher).batch_size(batch).shuffle(args.seed).build(train);
         let valid = DataLoaderBuilder::<B::InnerBackend, _, _>::new(ShapeBatcher).batch_size(batch).build(valid);
 
-        let steps = (args.train_images as usize / batch) * args.epochs as usize;
+        // burn-train's loader keeps a last, shorter batch.
+        let steps_per_epoch = train_images.div_ceil(batch);
+        let steps = steps_per_epoch * args.epochs as usize;
         let lr = LrSchedule::WarmupCosine {
             peak: args.lr,
             warmup_steps: (steps / 10).max(1),
@@ -130,10 +166,10 @@ impl BackendJob for Job {
         let model: ConvClassifier<B> = config.init(&device);
         let parameters = model.num_params();
         eprintln!(
-            "training a {parameters}-parameter conv net on {} for {} epochs of {} steps ({} mode) in burn-train",
+            "training a {parameters}-parameter conv net on {task} on {} for {} epochs of {} steps ({} mode) in burn-train",
             B::name(&device),
             args.epochs,
-            args.train_images as usize / batch,
+            steps_per_epoch,
             args.mode.name()
         );
         let mut training = SupervisedTraining::new(&args.out, train, valid)
@@ -150,14 +186,12 @@ impl BackendJob for Job {
         let result = training.launch(Learner::new(model, AdamConfig::new().init(), ScheduledLr::new(lr)));
 
         let (taken, predicted) = telemetry.steps();
-        let held_out: Vec<ImageBatch> =
-            data(args.valid_images, args.seed ^ 0x5EED).map_err(|e| bad_input(e.to_string()))?.iter().collect();
         let batches = held_out.chunks(batch).map(|items| {
             <ShapeBatcher as Batcher<B::InnerBackend, _, _>>::batch(&ShapeBatcher, items.to_vec(), &device)
         });
         let evaluation = result.model.evaluate(batches);
         Ok(format!(
-            "\nconv net on shapes ({} mode) in burn-train on {}: {taken} steps, {predicted} predicted ({:.0}%)\n\
+            "\nconv net on {task} ({} mode) in burn-train on {}: {taken} steps, {predicted} predicted ({:.0}%)\n\
              validation loss {:.4}, accuracy {:.1}%\ncheckpoints: {} (burn-train), {} (the trainer's)",
             args.mode.name(),
             B::name(&device),

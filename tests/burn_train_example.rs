@@ -57,6 +57,31 @@ fn trains_in_burn_train_with_predicted_steps_metrics_and_checkpoints_then_resume
     let _ = fs::remove_dir_all(full_out);
 }
 
+/// `--data DIR`: an IDX pair (MNIST's format) is trained on in burn-train, one channel,
+/// ten classes, `--valid-images` (64 of 120) held out; a broken file is refused before
+/// anything runs.
+#[test]
+fn idx_images_train_in_burn_train_in_place_of_shapes() {
+    let data = common::scratch("burn_train_example-idx-data");
+    common::write_idx_pair(&data, 120);
+    let out = common::scratch("burn_train_example-idx");
+    let data_arg = data.to_str().unwrap();
+    let trained = run(&out, &["--epochs", "1", "--data", data_arg]);
+    assert!(trained.status.success(), "{}", text(&trained));
+    let stdout = String::from_utf8_lossy(&trained.stdout);
+    assert!(stdout.contains("conv net on the --data images"), "{}", text(&trained));
+    // 56 images not held out: three batches of 16 and one of 8.
+    assert_eq!(steps(&trained).0, 4, "one epoch over the 56 images not held out:\n{}", text(&trained));
+
+    let images = fs::read(data.join("images-idx3-ubyte")).unwrap();
+    fs::write(data.join("images-idx3-ubyte"), &images[..images.len() - 5]).unwrap();
+    let broken = run(&common::scratch("burn_train_example-idx-broken"), &["--epochs", "1", "--data", data_arg]);
+    assert_eq!(broken.status.code(), Some(2), "{}", text(&broken));
+    assert!(String::from_utf8_lossy(&broken.stderr).contains("--data"), "{}", text(&broken));
+    let _ = fs::remove_dir_all(out);
+    let _ = fs::remove_dir_all(data);
+}
+
 #[test]
 fn bad_input_is_refused_before_training() {
     let out = common::scratch("burn_train_example-bad");

@@ -200,33 +200,12 @@ fn a_resume_refuses_another_image_size_or_net() {
     assert_eq!(read(&out.join("metrics-full.jsonl")).lines().count(), 5);
 }
 
-/// Writes an IDX pair of `count` 16 × 16 grey images into `dir`: label `i % 10`, a bright
-/// bar whose row is the label (so the classes can be told apart).
-fn write_idx_pair(dir: &Path, count: usize) {
-    fs::create_dir_all(dir).unwrap();
-    let mut images = Vec::new();
-    for word in [0x0803u32, count as u32, 16, 16] {
-        images.extend(word.to_be_bytes());
-    }
-    let mut labels = Vec::new();
-    for word in [0x0801u32, count as u32] {
-        labels.extend(word.to_be_bytes());
-    }
-    for i in 0..count {
-        let label = i % 10;
-        images.extend((0..256).map(|p| if p / 16 == label + 3 { 255u8 } else { (p * 7 % 40) as u8 }));
-        labels.push(label as u8);
-    }
-    fs::write(dir.join("images-idx3-ubyte"), images).unwrap();
-    fs::write(dir.join("labels-idx1-ubyte"), labels).unwrap();
-}
-
 /// `--data DIR`: an IDX pair (MNIST's format) is trained on, one channel, ten classes, the
 /// last images held out; broken files are refused before anything runs.
 #[test]
 fn idx_images_train_in_place_of_shapes() {
     let data = scratch("idx-data");
-    write_idx_pair(&data, 120);
+    common::write_idx_pair(&data, 120);
     let out = scratch("idx-run");
     let data_arg = data.to_str().unwrap();
     let run = cpu_run(&out, &["--mode", "full", "--steps", "6", "--data", data_arg]);

@@ -67,3 +67,24 @@ pub fn scratch(name: &str) -> PathBuf {
     std::fs::create_dir_all(&dir).unwrap();
     dir
 }
+
+/// Writes an IDX pair of `count` 16 × 16 grey images into `dir`: label `i % 10`, a bright
+/// bar whose row is the label (so the classes can be told apart).
+pub fn write_idx_pair(dir: &Path, count: usize) {
+    std::fs::create_dir_all(dir).unwrap();
+    let mut images = Vec::new();
+    for word in [0x0803u32, count as u32, 16, 16] {
+        images.extend(word.to_be_bytes());
+    }
+    let mut labels = Vec::new();
+    for word in [0x0801u32, count as u32] {
+        labels.extend(word.to_be_bytes());
+    }
+    for i in 0..count {
+        let label = i % 10;
+        images.extend((0..256).map(|p| if p / 16 == label + 3 { 255u8 } else { (p * 7 % 40) as u8 }));
+        labels.push(label as u8);
+    }
+    std::fs::write(dir.join("images-idx3-ubyte"), images).unwrap();
+    std::fs::write(dir.join("labels-idx1-ubyte"), labels).unwrap();
+}
