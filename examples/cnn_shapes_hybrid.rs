@@ -37,6 +37,8 @@ use burn::collective::CollectiveConfig;
 use burn::optim::AdamConfig;
 use burn::prelude::{Int, Tensor};
 use clap::{ArgMatches, CommandFactory, Parser, ValueEnum};
+use common::average::AverageArgs;
+use common::selection::SelectArgs;
 use common::{
     bad_input, config, exit_on_failure, init_kernel_cache, open_run, plot_runs, run_settings, start_trainer, summary,
     train, ExecutionArgs, Failure, Mode, ParallelArgs, Start,
@@ -46,7 +48,7 @@ use leanburn::data::{shapes_validation, IdxImages, IdxSampler, ImageBatch, Shape
 use leanburn::model::{ConvClassifier, ConvClassifierConfig, Evaluation, ResNet, ResNetConfig};
 use leanburn::runner::{data_parallel, RunDir, RunError, RunOutcome, Validation};
 use leanburn::select::{select, BackendArgs, BackendJob, ReplicatedJob, TrainBackend};
-use leanburn::trainer::{ForwardLoss, HybridConfig, HybridModel, Replica};
+use leanburn::trainer::{ExampleLosses, ForwardLoss, HybridConfig, HybridModel, Replica};
 
 #[derive(Parser, Debug, Clone)]
 #[command(about = "Train a conv net on generated shape images with HybridTrainer on the Lean backend")]
@@ -55,6 +57,10 @@ struct Args {
     backend: BackendArgs,
     #[command(flatten)]
     execution: ExecutionArgs,
+    #[command(flatten)]
+    average: AverageArgs,
+    #[command(flatten)]
+    select: SelectArgs,
     #[command(flatten)]
     parallel: ParallelArgs,
     /// Options from a JSON or TOML file, keyed by long option name (`batch = 16`); the
@@ -343,6 +349,7 @@ impl Plan {
     where
         B: TrainBackend,
         M: HybridModel<B, Labelled<B>> + ForwardLoss<B, Input = Labelled<B>> + Send,
+        M::InnerModule: ExampleLosses<B::InnerBackend, Input = Labelled<B::InnerBackend>>,
     {
         if !parallel {
             let device = devices[0].clone();
@@ -368,6 +375,7 @@ impl Plan {
     where
         B: TrainBackend,
         M: HybridModel<B, Labelled<B>> + ForwardLoss<B, Input = Labelled<B>>,
+        M::InnerModule: ExampleLosses<B::InnerBackend, Input = Labelled<B::InnerBackend>>,
     {
         let args = &self.args;
         let steps = args.steps as usize;
@@ -380,8 +388,12 @@ impl Plan {
             steps,
             execution: args.execution.config(),
             precision: args.execution.precision(),
+            average: args.average.config(steps)?,
         };
         let mut trainer = start_trainer(model, AdamConfig::new().init(), &start, &self.dir, device.clone(), replica)?;
+        if let Some(selection) = args.select.config(steps, args.seed)? {
+            trainer = trainer.with_selection(selection).map_err(|e| bad_input(format!("--select-keep: {e}")))?;
+        }
         let replicas = replica.map_or(1, |replica| replica.replicas());
         let resolution = self.resolution;
         let header = |first: usize| {

@@ -25,6 +25,8 @@ use std::time::Instant;
 use burn::module::AutodiffModule;
 use clap::parser::ValueSource;
 use clap::{ArgMatches, CommandFactory, Parser};
+use common::average::AverageArgs;
+use common::selection::SelectArgs;
 use common::{
     bad_input, broke, config, exit_on_failure, init_kernel_cache, open_run, plot_runs, run_settings, start_trainer,
     summary, train, ExecutionArgs, Failure, Mode, Start,
@@ -40,9 +42,7 @@ use leanburn::runner::{CorpusCheck, RunDir, RunOutcome, Validation};
 use leanburn::select::{
     device_memory, largest_pool_page, select, BackendArgs, BackendJob, BackendKind, Chosen, Selection, TrainBackend,
 };
-use leanburn::trainer::{
-    HybridConfig, HybridTrainer, LrSchedule, Precision, PrecisionConfig, SelectionConfig, SelectionRule,
-};
+use leanburn::trainer::{HybridConfig, HybridTrainer, LrSchedule, Precision, PrecisionConfig, SelectionConfig};
 
 #[derive(Parser, Debug, Clone)]
 #[command(about = "Train GPT-2 with leanburn's HybridTrainer on real text")]
@@ -51,6 +51,8 @@ struct Args {
     backend: BackendArgs,
     #[command(flatten)]
     execution: ExecutionArgs,
+    #[command(flatten)]
+    average: AverageArgs,
     /// Options from a JSON or TOML file, keyed by long option name (`batch = 16`); the
     /// command line wins. Each run writes its resolved options to `--out` as
     /// `config-<mode>.json`, which this reads back to repeat the run.
@@ -139,14 +141,8 @@ struct Args {
     /// these shapes starts warm (docs/gpt2.md).
     #[arg(long, conflicts_with_all = ["resume", "overwrite"])]
     warm_cache: bool,
-    /// Selection (docs/trainer.md): full steps in `--select-range` score their sequences
-    /// forward only and train on this fraction of them, the highest losses; 1 trains on
-    /// every sequence.
-    #[arg(long, default_value_t = 1.0)]
-    select_keep: f64,
-    /// Where selection is on, as fractions of --steps: `FROM,UNTIL`.
-    #[arg(long, value_delimiter = ',', default_value = "0.5,0.9")]
-    select_range: Vec<f64>,
+    #[command(flatten)]
+    select: SelectArgs,
     #[arg(long, default_value_t = 42)]
     seed: u64,
 }
@@ -222,7 +218,7 @@ fn run(args: Args, matches: &ArgMatches) -> Result<(), Failure> {
     if !(lr.is_finite() && lr > 0.0) {
         return Err(bad_input(format!("--lr must be a positive number, got {lr}")));
     }
-    let chosen = examples_chosen(&args, steps)?;
+    let chosen = args.select.config(steps, args.seed)?;
     let loss_chunk = match args.loss_chunk {
         Some(0) => None,
         Some(chunk) => Some(chunk as usize),
@@ -294,27 +290,6 @@ fn run(args: Args, matches: &ArgMatches) -> Result<(), Failure> {
     Ok(())
 }
 
-/// `--select-keep` below 1: the sequences with the highest losses, over `--select-range`
-/// of the run; `None` at 1.
-fn examples_chosen(args: &Args, steps: usize) -> Result<Option<SelectionConfig>, Failure> {
-    let keep = args.select_keep;
-    if !(keep > 0.0 && keep <= 1.0) {
-        return Err(bad_input(format!("--select-keep must be in (0, 1], got {keep}")));
-    }
-    let [from, until] = args.select_range[..] else {
-        return Err(bad_input("--select-range takes two fractions, FROM,UNTIL".to_string()));
-    };
-    if !(0.0 <= from && from < until && until <= 1.0) {
-        return Err(bad_input(format!("--select-range must be 0 <= FROM < UNTIL <= 1, got {from},{until}")));
-    }
-    let at = |fraction: f64| (fraction * steps as f64).round() as usize;
-    Ok((keep < 1.0).then(|| {
-        SelectionConfig::new(SelectionRule::TopFraction { keep })
-            .with_steps(at(from), Some(at(until).max(at(from) + 1)))
-            .with_seed(args.seed)
-    }))
-}
-
 /// Records the corpus of a new run; checks a resumed run's against its record, refusing
 /// a different one unless `--allow-corpus-change`.
 fn check_corpus(dir: &RunDir, fingerprint: &CorpusFingerprint, args: &Args) -> Result<(), Failure> {
@@ -344,14 +319,22 @@ fn check_memory(
     seq: usize,
     loss_chunk: Option<usize>,
 ) -> Result<(), Failure> {
+    let averaged = args.average.average.is_some();
     let estimate = Gpt2MemoryEstimate::new(config, batch, seq, 4, loss_chunk, args.attention);
+    let estimate = if averaged { estimate.with_weight_average() } else { estimate };
     eprintln!(
         "{preset}: {} parameters; batch {batch} × {seq} tokens; estimated peak {estimate}",
         config.parameter_count()
     );
     let largest_page = largest_pool_page(selection);
     let reserve = largest_page.map(|largest| {
-        Gpt2PoolReserve::new(config, batch, seq, loss_chunk, args.attention, PoolPages::sub_slices(largest))
+        let reserve =
+            Gpt2PoolReserve::new(config, batch, seq, loss_chunk, args.attention, PoolPages::sub_slices(largest));
+        if averaged {
+            reserve.with_weight_average()
+        } else {
+            reserve
+        }
     });
     if let (Some(reserve), Some(largest_page)) = (reserve, largest_page) {
         eprintln!("  estimated pool reserve: {reserve}");
@@ -368,6 +351,7 @@ fn check_memory(
     }
     if loss_chunk.is_none() {
         let chunked = Gpt2MemoryEstimate::new(config, batch, seq, 4, Some(seq), args.attention);
+        let chunked = if averaged { chunked.with_weight_average() } else { chunked };
         if chunked.total() < estimate.total() {
             eprintln!("  (with --loss-chunk {seq}: {})", format_bytes(chunked.total() as f64));
         }
@@ -456,6 +440,7 @@ impl BackendJob for Plan {
             steps: self.steps,
             execution: args.execution.config(),
             precision: args.execution.precision(),
+            average: args.average.config(self.steps)?,
         };
         let mut trainer = start_trainer(model, optimizer(), &start, &self.dir, device.clone(), None)?;
         if let Some(selection) = self.selection.clone() {

@@ -223,3 +223,44 @@ fn idx_images_train_in_place_of_shapes() {
     assert_fails(&cpu_run(&scratch("idx-bad"), &["--data", data_arg]), "pixel bytes");
     assert_fails(&cpu_run(&scratch("idx-none"), &["--data", out.to_str().unwrap()]), "no IDX pair");
 }
+
+/// `--average` and `--select-keep` on the CNN: each validation after the average starts
+/// is preceded by a verification, the log says which weights were validated, and the
+/// selected steps train on half of each batch.
+#[test]
+fn the_weight_average_is_verified_and_selection_trains_on_half() {
+    let out = scratch("average");
+    let run = cpu_run(
+        &out,
+        &[
+            "--mode",
+            "full",
+            "--steps",
+            "6",
+            "--average",
+            "0.5",
+            "--average-from",
+            "0",
+            "--average-stat-passes",
+            "2",
+            "--select-keep",
+            "0.5",
+            "--select-range",
+            "0,1",
+        ],
+    );
+    assert!(run.status.success(), "{}", text(&run));
+    let validation = read(&out.join("validation-full.csv"));
+    let rows: Vec<&str> = validation.lines().collect();
+    assert_eq!(rows[0], "step,train_seconds,validation_loss,validation_accuracy,weights", "{validation}");
+    assert!(rows[1].ends_with(",live"), "before any verification the live weights: {validation}");
+    let verified = String::from_utf8_lossy(&run.stderr).matches("weight average ").count();
+    assert_eq!(verified, 2, "a verification before the validations at steps 3 and 6:\n{}", text(&run));
+    let metrics = read(&out.join("metrics-full.jsonl"));
+    assert_eq!(metrics.matches("\"selection\":{\"scored\":4,\"kept\":2}").count(), 6, "{metrics}");
+    // Out-of-range settings are bad input (the control above: without --average the log
+    // has no `weights` column, as `both_modes_run_write_accuracy_and_a_plot_and_resume` reads).
+    assert_fails(&cpu_run(&scratch("average-bad"), &["--average", "1.5"]), "--average");
+    assert_fails(&cpu_run(&scratch("average-pull"), &["--average", "0.9", "--average-pull", "2"]), "pull");
+    assert_fails(&cpu_run(&scratch("select-bad"), &["--select-keep", "0"]), "--select-keep");
+}

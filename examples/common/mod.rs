@@ -5,7 +5,9 @@
 #![allow(dead_code)]
 
 pub mod allocator;
+pub mod average;
 pub mod config;
+pub mod selection;
 
 use std::path::Path;
 use std::sync::OnceLock;
@@ -20,8 +22,8 @@ use leanburn::runner::{
 };
 use leanburn::select::{BackendArgs, BackendJob, Checkpointing, KernelCache, Selection, TrainBackend};
 use leanburn::trainer::{
-    ExecutionConfig, ForwardLoss, HybridBatch, HybridConfig, HybridModel, HybridTrainer, LrSchedule, Precision,
-    PrecisionConfig, Replica, StepReport, TrainerError, TrimPolicy,
+    AverageConfig, ExecutionConfig, ForwardLoss, HybridBatch, HybridConfig, HybridModel, HybridTrainer, LrSchedule,
+    Precision, PrecisionConfig, Replica, StepReport, TrainerError, TrimPolicy,
 };
 use plotters::prelude::*;
 
@@ -220,6 +222,8 @@ pub struct Start {
     pub steps: usize,
     pub execution: ExecutionConfig,
     pub precision: PrecisionConfig,
+    /// The weight average (`--average`), if kept.
+    pub average: Option<AverageConfig>,
 }
 
 /// The trainer of the run in `dir`: new from `start`, or resumed from its checkpoint; in a
@@ -250,7 +254,7 @@ where
         min_lr: start.peak_lr / 10.0,
     };
     let resume = |e: RunError| if dir.is_resumed() { bad_input(format!("--resume: {e}")) } else { e.into() };
-    match replica {
+    let trainer = match replica {
         Some(replica) => dir.start_replica_trainer(replica, model, optimizer, config, lr, device),
         None => dir.start_trainer(model, optimizer, config, lr, device),
     }
@@ -258,7 +262,11 @@ where
     .with_execution(start.execution)
     .map_err(|e| bad_input(e.to_string()))?
     .with_precision(start.precision)
-    .map_err(|e| bad_input(format!("--precision: {e}")))
+    .map_err(|e| bad_input(format!("--precision: {e}")))?;
+    match start.average.clone() {
+        Some(average) => trainer.with_weight_average(average).map_err(|e| bad_input(format!("--average: {e}"))),
+        None => Ok(trainer),
+    }
 }
 
 /// The run's cadence: validation and checkpoints as asked, and the leak fitted over the
@@ -357,7 +365,18 @@ impl Progress {
             // Printed whether or not the bar is drawn (it is hidden when stderr is no terminal).
             RunEvent::Validated { point, items_per_second } => self.bar.suspend(|| {
                 let speed = if point.step == 0 { String::new() } else { format!(", {items_per_second:.0} {item}/s") };
-                eprintln!("step {:>5}: {}{speed}", point.step, point.validation)
+                let weights = point.weights.map_or(String::new(), |w| format!(" ({} weights)", w.name()));
+                eprintln!("step {:>5}: {}{weights}{speed}", point.step, point.validation)
+            }),
+            RunEvent::AverageVerified { verdict } => self.bar.suspend(|| {
+                eprintln!(
+                    "step {:>5}: weight average {:.4} against live {:.4} on the probe batches: {} chosen{}",
+                    verdict.step,
+                    verdict.average,
+                    verdict.live,
+                    verdict.chosen.name(),
+                    if verdict.pulled { ", live weights pulled toward it" } else { "" }
+                )
             }),
             RunEvent::PoolBloated { step, verdict } => {
                 self.bar.suspend(|| eprintln!("step {step:>5}: device memory pool {verdict} (--trim phases)"))

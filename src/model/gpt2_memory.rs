@@ -64,6 +64,11 @@ pub struct Gpt2MemoryEstimate {
     pub activations: u64,
     /// The LM head's logits and what the loss keeps of them.
     pub logits: u64,
+    /// The weight average, where the run keeps one ([`with_weight_average`]): one copy of
+    /// the parameters.
+    ///
+    /// [`with_weight_average`]: Self::with_weight_average
+    pub average: u64,
 }
 
 impl Gpt2MemoryEstimate {
@@ -97,7 +102,14 @@ impl Gpt2MemoryEstimate {
             optimizer: (2.0 * params) as u64,
             activations: activations as u64,
             logits: logits as u64,
+            average: 0,
         }
+    }
+
+    /// The estimate for a run that keeps a weight average (`HybridTrainer::with_weight_average`).
+    pub fn with_weight_average(mut self) -> Self {
+        self.average = self.parameters;
+        self
     }
 
     /// The loss chunk to use when none is asked for: `chunk` tokens where the estimate
@@ -118,7 +130,7 @@ impl Gpt2MemoryEstimate {
 
     /// Everything together: the estimated peak of a full training step.
     pub fn total(&self) -> u64 {
-        self.parameters + self.gradients + self.optimizer + self.activations + self.logits
+        self.parameters + self.gradients + self.optimizer + self.activations + self.logits + self.average
     }
 
     /// What a forward-only step (predict or evaluation) adds on top of parameters and
@@ -198,6 +210,9 @@ pub struct Gpt2PoolReserve {
     /// The largest single tensor counted: CubeCL allocates nothing larger than the
     /// largest page.
     pub largest_tensor: u64,
+    /// Bytes of one copy of the weights, which a weight average adds to `persistent`
+    /// ([`with_weight_average`](Self::with_weight_average)).
+    pub weight_bytes: u64,
 }
 
 impl Gpt2PoolReserve {
@@ -250,7 +265,14 @@ impl Gpt2PoolReserve {
             persistent: persistent + same_size.iter().sum::<u64>(),
             paged: pages.reserve_for(&paged),
             largest_tensor,
+            weight_bytes: weights.iter().map(|(&size, &n)| size * n).sum(),
         }
+    }
+
+    /// The reserve for a run that keeps a weight average: one buffer more per weight.
+    pub fn with_weight_average(mut self) -> Self {
+        self.persistent += self.weight_bytes;
+        self
     }
 
     /// Both parts together.
@@ -276,12 +298,13 @@ impl fmt::Display for Gpt2MemoryEstimate {
         let bytes = |b: u64| format_bytes(b as f64);
         write!(
             f,
-            "parameters {}, gradients {}, optimizer state {}, activations {}, logits {}: total {}",
+            "parameters {}, gradients {}, optimizer state {}, activations {}, logits {}{}: total {}",
             bytes(self.parameters),
             bytes(self.gradients),
             bytes(self.optimizer),
             bytes(self.activations),
             bytes(self.logits),
+            if self.average > 0 { format!(", weight average {}", bytes(self.average)) } else { String::new() },
             bytes(self.total())
         )
     }
@@ -360,6 +383,20 @@ mod tests {
         let full = Gpt2PoolReserve::new(&config, 4, 64, None, Gpt2Attention::Lean, pages);
         assert_eq!(full.persistent, apart.persistent);
         assert!(full.paged > apart.paged);
+        // A weight average adds one buffer per weight, and nothing paged.
+        let averaged = apart.with_weight_average();
+        assert_eq!(averaged.persistent, weights + 4 * config.parameter_count() as u64);
+        assert_eq!(averaged.paged, apart.paged);
+    }
+
+    #[test]
+    fn a_weight_average_adds_one_copy_of_the_parameters_to_the_estimate() {
+        let config = Gpt2Config::preset("gpt2-small").unwrap();
+        let plain = Gpt2MemoryEstimate::new(&config, 8, 1024, 4, Some(256), Gpt2Attention::Lean);
+        let averaged = plain.with_weight_average();
+        assert_eq!(plain.average, 0);
+        assert_eq!(averaged.total() - plain.total(), 124_439_808 * 4);
+        assert!(averaged.to_string().contains("weight average") && !plain.to_string().contains("weight average"));
     }
 
     #[test]

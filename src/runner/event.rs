@@ -4,7 +4,7 @@ use std::path::Path;
 
 use super::validation::ValidationPoint;
 use crate::memory::PoolVerdict;
-use crate::trainer::StepReport;
+use crate::trainer::{AverageVerdict, StepReport};
 
 /// One thing that happened in a run, told to the callback of
 /// [`Runner::run`](super::Runner::run) as it happens.
@@ -26,6 +26,8 @@ pub enum RunEvent<'a> {
         /// Items per second of training over the whole run so far.
         items_per_second: f64,
     },
+    /// The weight average was verified against the live weights (before a validation).
+    AverageVerified { verdict: &'a AverageVerdict },
     /// A checkpoint was saved.
     Checkpointed { step: usize, path: &'a Path },
     /// The device pool has kept far more than it uses for long: trimming may help.

@@ -11,7 +11,7 @@ use super::settings::RunSettings;
 use super::stop::StopRequest;
 use super::validation::{Validation, ValidationLog, ValidationPoint};
 use crate::memory::{MemoryMonitor, MemoryProbe};
-use crate::trainer::{HybridBatch, HybridModel, HybridTrainer};
+use crate::trainer::{HybridBatch, HybridModel, HybridTrainer, Weights};
 
 /// Trains a [`HybridTrainer`] up to [`RunSettings::steps`]: validation, checkpoints and
 /// memory on the settings' cadence, in a [`RunDir`] when given one.
@@ -69,6 +69,10 @@ impl<'a> Runner<'a> {
     /// stream continues as if uninterrupted. `validate` scores the model (before the
     /// first step of a new run, then on the cadence and at the end); `on_event` hears
     /// every step, validation and checkpoint as it happens.
+    ///
+    /// With a weight average (`HybridTrainer::with_weight_average`), each validation is
+    /// preceded by [`HybridTrainer::verify_average`], and `validate` scores the weights it
+    /// chose (the point's `weights` says which); its seconds count as training.
     pub fn run<B, M, O, T, H, E>(
         &self,
         trainer: &mut HybridTrainer<B, M, O, T>,
@@ -125,17 +129,24 @@ impl<'a> Runner<'a> {
         };
         on_event(RunEvent::Started { first, steps: settings.steps });
 
-        let mut validate_now = |step: usize, model: &M, outcome: &mut RunOutcome| -> Result<(), RunError> {
-            let point = ValidationPoint { step, train_seconds: outcome.train_seconds, validation: validate(model) };
+        // Validates the model the run stands by: with a weight average, whichever of it
+        // and the live weights the newest verification chose.
+        let mut validate_now = |step: usize, trainer: &HybridTrainer<B, M, O, T>, outcome: &mut RunOutcome| {
+            let weights = trainer.weight_average().map(|books| books.standing());
+            let validation = match weights {
+                Some(Weights::Average) => validate(&trainer.chosen_model()),
+                _ => validate(trainer.model()),
+            };
+            let point = ValidationPoint { step, train_seconds: outcome.train_seconds, validation, weights };
             if let Some(log) = log.as_mut() {
                 log.write(&point)?;
             }
             outcome.validations.push(point);
-            Ok(())
+            Ok::<(), RunError>(())
         };
         let leads = !self.follower;
         if leads && first == 0 && settings.eval_every.is_some() {
-            validate_now(0, trainer.model(), &mut outcome)?;
+            validate_now(0, trainer, &mut outcome)?;
             tell_validated(&outcome, &mut on_event);
         }
 
@@ -161,8 +172,17 @@ impl<'a> Runner<'a> {
             on_event(RunEvent::Step { record: &record, last_loss, items_per_second: outcome.items_per_second() });
             outcome.records.push(record);
 
+            if settings.validates_at(step) && trainer.weight_average().is_some() {
+                // Every replica verifies (their probe losses are averaged); the time it takes
+                // counts as training, since choosing the average is part of the method.
+                let verdict = trainer.verify_average().map_err(|source| RunError::Step { step, source })?;
+                if let Some(verdict) = verdict {
+                    outcome.train_seconds += verdict.seconds;
+                    on_event(RunEvent::AverageVerified { verdict: &verdict });
+                }
+            }
             if leads && settings.validates_at(step) {
-                validate_now(step, trainer.model(), &mut outcome)?;
+                validate_now(step, trainer, &mut outcome)?;
                 tell_validated(&outcome, &mut on_event);
             }
             if leads && settings.checkpoints_at(step) {

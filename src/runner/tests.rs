@@ -83,6 +83,7 @@ fn a_new_run_validates_and_checkpoints_on_its_cadence_and_tells_each_event() {
             RunEvent::Validated { point, .. } => format!("validate {}", point.step),
             RunEvent::Checkpointed { step, .. } => format!("checkpoint {step}"),
             RunEvent::PoolBloated { step, .. } => format!("bloated {step}"),
+            RunEvent::AverageVerified { verdict } => format!("verified {}", verdict.step),
         })
     };
     let outcome = Runner::new(settings).in_dir(&dir).run(&mut trainer, stream(&drawn), batch, score, on_event).unwrap();
@@ -266,8 +267,12 @@ fn the_validation_log_is_read_by_column_name() {
     fs::write(dir.validation_path(), "validation_accuracy,step,validation_loss,train_seconds\n0.5,10,1.25,3.5\n")
         .unwrap();
     let points = dir.history().unwrap().validations;
-    let expected =
-        ValidationPoint { step: 10, train_seconds: 3.5, validation: Validation { loss: 1.25, accuracy: Some(0.5) } };
+    let expected = ValidationPoint {
+        step: 10,
+        train_seconds: 3.5,
+        validation: Validation { loss: 1.25, accuracy: Some(0.5) },
+        weights: None,
+    };
     assert_eq!(points, [expected]);
     assert_eq!(
         validation::ValidationLog::render(&points),
@@ -367,4 +372,64 @@ fn a_signal_sets_the_exit_code_and_the_message_says_how_to_continue() {
     let message = error.to_string();
     assert!(message.contains("SIGTERM") && message.contains("2943") && message.contains("--resume"), "{message}");
     assert_eq!(RunError::Stopped { step: 1, signal: 2, checkpoint: None }.exit_code(), 130);
+}
+
+/// The mean squared error of `model` on `batch(100)`, which no step trains on.
+fn held_out(model: &Regressor<Train>) -> Validation {
+    use burn::module::AutodiffModule;
+    use burn::train::InferenceStep;
+    let (inputs, targets) = batch(100);
+    let output = model.valid().step((inputs.inner(), targets.inner()));
+    Validation { loss: output.loss.into_scalar() as f64, accuracy: None }
+}
+
+#[test]
+fn a_run_with_a_weight_average_validates_the_weights_its_verification_chose() {
+    use crate::trainer::{AverageConfig, HybridConfig, Weights};
+    let out = scratch("average");
+    fs::create_dir_all(&out).unwrap();
+    let dir = RunDir::existing(&out, "full");
+    // SGD at 0.9 overshoots along the bias, so the moving average of its iterates wins
+    // (as in the trainer's own test).
+    let trainer = |average: bool| {
+        let trainer = HybridTrainer::new(
+            constant_regressor(),
+            SgdConfig::new().init(),
+            HybridConfig::all_full(),
+            LrSchedule::Constant { lr: 0.9 },
+            DEVICE,
+        )
+        .unwrap();
+        if average {
+            trainer.with_weight_average(AverageConfig::new(0.5)).unwrap()
+        } else {
+            trainer
+        }
+    };
+    let settings = RunSettings::new(20).with_eval_every(Some(10)).with_checkpoint_every(None);
+    let mut averaging = trainer(true);
+    let mut verified = Vec::new();
+    let outcome = Runner::new(settings.clone())
+        .in_dir(&dir)
+        .run(&mut averaging, stream(&Cell::new(0)), batch, held_out, |event| {
+            if let RunEvent::AverageVerified { verdict } = event {
+                verified.push((verdict.step, verdict.chosen));
+            }
+        })
+        .unwrap();
+    assert_eq!(verified, [(10, Weights::Average), (20, Weights::Average)]);
+    let weights: Vec<_> = outcome.validations.iter().map(|p| p.weights).collect();
+    assert_eq!(weights, [Some(Weights::Live), Some(Weights::Average), Some(Weights::Average)]);
+    let last = outcome.validation().unwrap().loss;
+    assert_eq!(last, held_out(&averaging.averaged_model().unwrap()).loss, "the average was validated");
+    assert_eq!(dir.history().unwrap().validations, outcome.validations, "the log says which weights");
+    // Control: the same run without an average validates its live weights, which the
+    // average beat at the end.
+    let mut plain = trainer(false);
+    let control = Runner::new(settings).run(&mut plain, stream(&Cell::new(0)), batch, held_out, |_| {}).unwrap();
+    assert!(control.validations.iter().all(|p| p.weights.is_none()));
+    let live = control.validation().unwrap().loss;
+    assert_eq!(live, held_out(averaging.model()).loss, "the live weights are the plain run's");
+    assert!(last < live, "average {last} against live {live}");
+    let _ = fs::remove_dir_all(out);
 }

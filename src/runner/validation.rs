@@ -1,4 +1,5 @@
-//! Validation results and the run's validation log (CSV, read back by column name).
+//! Validation results and the run's validation log (CSV, read back by column name;
+//! `weights` says which weights a run with a weight average validated).
 
 use std::fmt;
 use std::fs::{self, File, OpenOptions};
@@ -8,6 +9,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use super::error::RunError;
+use crate::trainer::Weights;
 
 /// A validation result: the loss, and the accuracy for classifiers.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
@@ -32,21 +34,32 @@ pub struct ValidationPoint {
     pub step: usize,
     pub train_seconds: f64,
     pub validation: Validation,
+    /// Which weights were validated, where the run keeps a weight average: the ones its
+    /// newest verification chose (`None` without an average).
+    #[serde(default)]
+    pub weights: Option<Weights>,
 }
 
 const STEP: &str = "step";
 const SECONDS: &str = "train_seconds";
 const LOSS: &str = "validation_loss";
 const ACCURACY: &str = "validation_accuracy";
+const WEIGHTS: &str = "weights";
 
 fn header(point: &ValidationPoint) -> String {
     let accuracy = if point.validation.accuracy.is_some() { format!(",{ACCURACY}") } else { String::new() };
-    format!("{STEP},{SECONDS},{LOSS}{accuracy}\n")
+    let weights = if point.weights.is_some() { format!(",{WEIGHTS}") } else { String::new() };
+    format!("{STEP},{SECONDS},{LOSS}{accuracy}{weights}\n")
 }
 
 fn line(point: &ValidationPoint) -> String {
     let accuracy = point.validation.accuracy.map_or(String::new(), |a| format!(",{a}"));
-    format!("{},{},{}{accuracy}\n", point.step, point.train_seconds, point.validation.loss)
+    let weights = point.weights.map_or(String::new(), |w| format!(",{}", w.name()));
+    format!("{},{},{}{accuracy}{weights}\n", point.step, point.train_seconds, point.validation.loss)
+}
+
+fn weights_named(name: &str) -> Option<Weights> {
+    [Weights::Live, Weights::Average].into_iter().find(|w| w.name() == name)
 }
 
 /// The validation log: `step,train_seconds,validation_loss[,validation_accuracy]`, one
@@ -95,6 +108,7 @@ impl ValidationLog {
             return Err(corrupt(1, format!("expected the columns {STEP}, {SECONDS} and {LOSS}, got `{header}`")));
         };
         let accuracy = column(ACCURACY);
+        let weights = column(WEIGHTS);
         lines
             .enumerate()
             .filter(|(_, line)| !line.is_empty())
@@ -107,10 +121,17 @@ impl ValidationLog {
                     let text = field(at)?;
                     text.parse().map_err(|_| corrupt(index + 2, format!("`{text}` is not a number")))
                 };
+                let weights = weights
+                    .map(|at| {
+                        let name = field(at)?;
+                        weights_named(name).ok_or_else(|| corrupt(index + 2, format!("`{name}` names no weights")))
+                    })
+                    .transpose()?;
                 Ok(ValidationPoint {
                     step: number(step)? as usize,
                     train_seconds: number(seconds)?,
                     validation: Validation { loss: number(loss)?, accuracy: accuracy.map(number).transpose()? },
+                    weights,
                 })
             })
             .collect()

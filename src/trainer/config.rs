@@ -246,6 +246,9 @@ pub enum ConfigError {
     /// The weight average's `decay` is outside `[0, 1)`.
     #[error("the weight average's decay must be in [0, 1), got {0}")]
     AverageDecay(f64),
+    /// The weight average's `pull` is outside `[0, 1]`.
+    #[error("the weight average's pull must be in [0, 1], got {0}")]
+    AveragePull(f64),
 }
 
 fn in_unit_open(value: f64) -> bool {

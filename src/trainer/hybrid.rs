@@ -95,7 +95,7 @@ where
     /// Which examples full steps train on (`with_selection`); not checkpointed.
     pub(super) selection: Option<Selector<M, T>>,
     /// The weight average's tensors (`with_weight_average`; its books are in `state`).
-    pub(crate) average: WeightAverage<B::InnerBackend>,
+    pub(crate) average: WeightAverage<B::InnerBackend, T>,
     pub(super) batch: PhantomData<fn(T)>,
 }
 
@@ -290,7 +290,8 @@ where
 
     /// Keeps an exponential moving average of the weights (see [`AverageConfig`]): after
     /// every step that changed them, from `config.start_step` on. [`averaged_model`]
-    /// gives the model with the average's weights, checkpoints save it, and a resumed run
+    /// gives the model with the average's weights, [`verify_average`](Self::verify_average)
+    /// chooses between it and the live weights, checkpoints save it, and a resumed run
     /// continues it exactly (call this again after [`resume`](Self::resume); a new
     /// `config` takes over the resumed average). Costs one copy of the parameters on the
     /// device. Fails if `config` breaks a rule.
@@ -300,7 +301,7 @@ where
         config.validate()?;
         self.state.average = Some(match self.state.average.take() {
             Some(resumed) => AverageState { config, ..resumed },
-            None => AverageState { config, observed: 0 },
+            None => AverageState::new(config),
         });
         Ok(self)
     }
@@ -308,24 +309,6 @@ where
     /// The weight average's configuration and the updates it has seen, if kept.
     pub fn weight_average(&self) -> Option<&AverageState> {
         self.state.average.as_ref()
-    }
-
-    /// The model with the weight average's values (the live model's other state, such as
-    /// batch norm's running statistics, as it is); `None` without an average or before its
-    /// first update. Evaluate it forward only (`valid()`).
-    pub fn averaged_model(&self) -> Option<M> {
-        let params = self.average.params.as_ref()?;
-        Some(Snapshot::Device(params.clone()).restore::<B, M>(self.model.as_ref()?.clone()))
-    }
-
-    /// Folds the weights as they are now into the average, where one is kept and due.
-    fn observe_average(&mut self) {
-        let (Some(books), Some(model)) = (self.state.average.as_mut(), self.model.as_ref()) else { return };
-        if self.state.step < books.config.start_step {
-            return;
-        }
-        self.average.observe(params::collect(&model.valid()), books.config.decay);
-        books.observed += 1;
     }
 
     /// Keeps the newest `keep` checkpoints (at least one) when saving; default 2.
@@ -425,6 +408,7 @@ where
         let mut statistics = self.state.statistics.clone();
         statistics.running_loss = self.state.guard.running();
         statistics.predictor_bytes = self.predictor.bytes();
+        statistics.average_bytes = self.average.params.as_ref().map_or(0, |params| params.bytes());
         statistics
     }
 
@@ -601,7 +585,11 @@ where
         let selecting = self.selection.as_ref().filter(|selector| selector.config.selects_at(self.state.step));
         let selecting = selecting.map(|selector| (selector.pick, selector.config.clone()));
         let mut selection = selecting.as_ref().map(|_| SelectionCount::default());
+        let mut average_probe = self.wants_average_probe().then(Vec::new);
         for batch in micro_batches {
+            if let Some(kept) = average_probe.as_mut() {
+                kept.push(batch.clone());
+            }
             let batch = match &selecting {
                 Some((pick, config)) => match pick(&model, batch, config, self.state.step) {
                     Ok(selected) => {
@@ -745,6 +733,9 @@ where
             self.predictor.observe(&deltas, lr);
             alignment
         };
+        if average_probe.is_some() {
+            self.average.probe = average_probe;
+        }
         self.observe_average();
         self.state.guard.probe.count_full_step();
         self.state.optimizer_step += 1;
@@ -922,7 +913,7 @@ where
 
     /// The mean loss of `batches` on the inner model, in the compute precision; in a
     /// data-parallel run, the mean of every replica's.
-    fn probe(&self, model: &M, batches: &[T]) -> Result<f64, TrainerError> {
+    pub(super) fn probe(&self, model: &M, batches: &[T]) -> Result<f64, TrainerError> {
         let mixed = self.forward_loss.is_some();
         let dtype = self.precision.precision.dtype();
         let inner = if mixed { model.valid().map(&mut CastParams(dtype)) } else { model.valid() };

@@ -73,7 +73,7 @@ mod precision_tests;
 pub(crate) mod tests;
 
 // The public surface: what a caller builds, configures, reads and implements.
-pub use averaging::AverageConfig;
+pub use averaging::{AverageConfig, AverageState, AverageVerdict, Weights};
 pub use config::{ConfigError, HybridConfig, PredictorPrecision, SnapshotStore};
 pub use error::TrainerError;
 pub use execution::{ExecutionConfig, TrimPolicy};

@@ -51,6 +51,10 @@ pub struct TrainerStatistics {
     pub predictor_bytes: usize,
     /// The largest rollback snapshot held so far, in bytes.
     pub snapshot_bytes: usize,
+    /// Device bytes of the weight average (one copy of the parameters, batch norm's
+    /// statistics included), as of the last step; 0 without one.
+    #[serde(default)]
+    pub average_bytes: usize,
     /// Times the trainer trimmed the device pool ([`TrimPolicy`](crate::trainer::TrimPolicy)).
     #[serde(default)]
     pub trims: usize,
