@@ -37,9 +37,12 @@ use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement};
 use burn_fusion::Fusion;
 use clap::{Parser, ValueEnum};
 use cubecl::prelude::{tf32, CubePrimitive};
-use leanburn::backend::{conv2d_plan, ChunkedConv, ConvBudget, Lean};
-use leanburn::memory::{format_bytes, MemoryProbe};
-use leanburn::select::{select, BackendArgs, Chosen};
+use leanburn::backend::{conv2d_plan, ChunkedConv};
+use leanburn::memory::format_bytes;
+use leanburn::select::{select, Chosen};
+use leanburn::BackendArgs;
+use leanburn::MemoryProbe;
+use leanburn::{ConvBudget, Lean};
 
 #[derive(Parser, Debug)]
 #[command(about = "Lean<B> convolutions against stock B: time and peak memory")]

@@ -28,9 +28,9 @@ use std::time::Instant;
 use burn::backend::{Autodiff, Flex, NdArray};
 use clap::Parser;
 use leanburn::data::{Split, WindowSampler};
-use leanburn::memory::{format_bytes, host_memory};
+use leanburn::memory::{format_bytes, process_memory};
 use leanburn::model::{Gpt2, Gpt2Config};
-use leanburn::trainer::{HybridConfig, HybridTrainer, LrSchedule};
+use leanburn::{HybridConfig, HybridTrainer, LrSchedule};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
@@ -236,7 +236,7 @@ where
         },
         tokens_per_s: steps * (args.batch * args.seq) as f64 / timed,
         seconds_per_step: timed / steps,
-        peak_resident_bytes: host_memory().map(|m| m.peak_resident),
+        peak_resident_bytes: process_memory().map(|m| m.peak_resident),
         resident_after_import_bytes: None,
         first_loss,
         final_loss,

@@ -58,8 +58,9 @@ use leanburn::backend::lean_attention;
 use leanburn::data::{HostBatch, Split, WindowSampler};
 use leanburn::model::{Gpt2, Gpt2Config};
 use leanburn::optim::ClippedAdamW;
-use leanburn::select::{select, BackendArgs, BackendJob, BackendKind, TrainBackend};
+use leanburn::select::{select, BackendKind};
 use leanburn::trainer::ForwardLoss;
+use leanburn::{BackendArgs, BackendJob, TrainBackend};
 use serde::{Deserialize, Serialize};
 
 #[derive(Parser, Debug, Clone)]

@@ -54,10 +54,10 @@ use burn::module::AutodiffModule;
 use clap::Parser;
 use leanburn::data::{evaluation_windows, Corpus, Gpt2Tokenizer, HostBatch, Split, TokenDataset, WindowSampler};
 use leanburn::model::{Gpt2, Gpt2Config};
-use leanburn::select::{select, BackendArgs, BackendJob, TrainBackend};
-use leanburn::trainer::{
-    AverageConfig, HybridConfig, HybridTrainer, LrSchedule, SelectionConfig, SelectionRule, StepReport,
-};
+use leanburn::select::select;
+use leanburn::trainer::SelectionRule;
+use leanburn::{AverageConfig, HybridConfig, HybridTrainer, LrSchedule, SelectionConfig, StepReport};
+use leanburn::{BackendArgs, BackendJob, TrainBackend};
 
 #[derive(Parser, Debug, Clone)]
 #[command(about = "HybridTrainer against all-full training and its ablation: time to the all-full loss")]

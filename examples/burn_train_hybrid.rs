@@ -29,9 +29,11 @@ use clap::Parser;
 use common::{bad_input, exit_on_failure, init_kernel_cache, Failure, Mode};
 use leanburn::data::{shapes_dataset, IdxImages, ImageBatch, ShapeBatcher, SHAPE_CLASSES};
 use leanburn::model::{ConvClassifier, ConvClassifierConfig};
-use leanburn::select::{select, BackendArgs, BackendJob, TrainBackend};
-use leanburn::strategy::HybridStrategy;
-use leanburn::trainer::{HybridConfig, LrSchedule, ScheduledLr};
+use leanburn::select::select;
+use leanburn::trainer::ScheduledLr;
+use leanburn::HybridStrategy;
+use leanburn::{BackendArgs, BackendJob, TrainBackend};
+use leanburn::{HybridConfig, LrSchedule};
 
 #[derive(Parser, Debug, Clone)]
 #[command(about = "Train the shapes conv net with burn-train's SupervisedTraining and leanburn's HybridStrategy")]

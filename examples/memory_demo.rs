@@ -16,9 +16,11 @@ use burn::optim::{AdamConfig, GradientsParams, Optimizer};
 use burn::prelude::*;
 use burn::tensor::Distribution;
 use clap::Parser;
-use leanburn::memory::{trim, MemoryMonitor, MemoryProbe};
+use leanburn::memory::trim;
 use leanburn::model::SmallCnnConfig;
-use leanburn::select::{init_kernel_cache, select, BackendArgs, BackendJob, KernelCache, TrainBackend};
+use leanburn::select::{init_kernel_cache, select, KernelCache};
+use leanburn::{BackendArgs, BackendJob, TrainBackend};
+use leanburn::{MemoryMonitor, MemoryProbe};
 
 #[derive(Parser, Debug)]
 #[command(about = "Backend selection and per-phase memory telemetry on a small CNN")]

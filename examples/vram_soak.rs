@@ -22,11 +22,13 @@ use burn::tensor::backend::AutodiffBackend;
 use clap::{Parser, ValueEnum};
 use common::{bad_input, exit_on_failure, init_kernel_cache, Failure, Progress};
 use leanburn::data::{ShapeSampler, Split, WindowSampler, SHAPE_CLASSES};
-use leanburn::memory::{format_bytes, MemoryProbe};
+use leanburn::memory::format_bytes;
 use leanburn::model::{ConvClassifierConfig, Gpt2Config, GPT2_PRESETS};
-use leanburn::runner::{RunSettings, Runner};
-use leanburn::select::{select, BackendArgs, BackendJob, Chosen, TrainBackend};
-use leanburn::trainer::{HybridBatch, HybridConfig, HybridModel, HybridTrainer, LrSchedule};
+use leanburn::select::{select, Chosen};
+use leanburn::MemoryProbe;
+use leanburn::{BackendArgs, BackendJob, TrainBackend};
+use leanburn::{HybridBatch, HybridConfig, HybridModel, HybridTrainer, LrSchedule};
+use leanburn::{RunSettings, Runner};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 

@@ -19,9 +19,9 @@ use burn::tensor::module::attention;
 use burn::tensor::ops::AttentionModuleOptions;
 use burn::tensor::Distribution;
 use burn_cubecl::CubeBackend;
-use leanburn::backend::attention::set_attention_workspace;
 use leanburn::backend::lean_attention;
-use leanburn::memory::MemoryProbe;
+use leanburn::backend::set_attention_workspace;
+use leanburn::MemoryProbe;
 
 /// The unfused wgpu backend, as in `lm_loss_memory`: the question is only which tensors
 /// exist, not what fusion makes of them.

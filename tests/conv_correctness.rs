@@ -19,7 +19,8 @@ use burn::tensor::{Tensor, TensorData, TensorPrimitive};
 use burn_backend::ops::{ConvOptions, ConvTransposeOptions, ModuleOps};
 use burn_backend::Backend;
 use burn_cubecl::CubeBackend;
-use leanburn::backend::{conv2d_plan, conv_transpose2d_plan, ChunkedConv, ConvBudget, ConvPlan, Lean};
+use leanburn::backend::{conv2d_plan, conv_transpose2d_plan, ChunkedConv, ConvPlan};
+use leanburn::{ConvBudget, Lean};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 

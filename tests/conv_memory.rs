@@ -25,10 +25,12 @@ use burn::tensor::ops::{ConvOptions, ConvTransposeOptions};
 use burn::tensor::Distribution;
 use burn_cubecl::CubeBackend;
 use common::{exclusive_device, image_batch, wgpu_device, CLASSES};
-use leanburn::backend::{conv2d_plan, conv_transpose2d_plan, ConvBudget, ConvPlan, Lean};
-use leanburn::memory::{MemoryProbe, MemorySample};
+use leanburn::backend::{conv2d_plan, conv_transpose2d_plan, ConvPlan};
+use leanburn::memory::MemorySample;
 use leanburn::model::SmallCnnConfig;
 use leanburn::select::{init_memory_pool, PoolLayout, Selection};
+use leanburn::MemoryProbe;
+use leanburn::{ConvBudget, Lean};
 
 type Cube = CubeBackend<WgpuRuntime, f32, i32, u32>;
 /// `Lean` over the unfused CubeCL backend: leanburn's kernels called directly.

@@ -16,8 +16,9 @@ use burn::backend::{Autodiff, Flex, NdArray, Wgpu};
 use burn::prelude::*;
 use burn::tensor::activation::gelu;
 use burn::tensor::backend::AutodiffBackend;
-use leanburn::backend::{exact_gelu, GeluOps, Lean};
+use leanburn::backend::{exact_gelu, GeluOps};
 use leanburn::select::CubeWgpu;
+use leanburn::Lean;
 
 /// Largest absolute difference allowed between the autodiff gradient and the finite
 /// differences.

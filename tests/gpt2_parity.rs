@@ -33,11 +33,11 @@ use burn::prelude::*;
 use burn::tensor::backend::AutodiffBackend;
 use burn::train::TrainStep;
 use leanburn::data::TokenBatch;
-use leanburn::memory::MemoryProbe;
 use leanburn::model::{Gpt2, Gpt2Config};
 use leanburn::optim::{ClippedAdamW, FusedAdamW, GlobalNormClipping};
-use leanburn::select::TrainBackend;
-use leanburn::trainer::{HybridConfig, HybridTrainer, LrSchedule};
+use leanburn::MemoryProbe;
+use leanburn::TrainBackend;
+use leanburn::{HybridConfig, HybridTrainer, LrSchedule};
 use safetensors::SafeTensors;
 use serde::Deserialize;
 

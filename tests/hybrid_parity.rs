@@ -14,7 +14,7 @@ use burn::prelude::*;
 use burn::record::{BinBytesRecorder, FullPrecisionSettings, Recorder};
 use burn::tensor::backend::AutodiffBackend;
 use leanburn::model::{SmallCnn, SmallCnnConfig};
-use leanburn::trainer::{HybridConfig, HybridTrainer, LrSchedule};
+use leanburn::{HybridConfig, HybridTrainer, LrSchedule};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 

@@ -13,8 +13,8 @@ use burn::prelude::*;
 use burn::record::{BinBytesRecorder, FullPrecisionSettings, Recorder};
 use burn::tensor::backend::AutodiffBackend;
 use burn_cubecl::CubeBackend;
-use leanburn::backend::Lean;
 use leanburn::model::{SmallCnn, SmallCnnConfig};
+use leanburn::Lean;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 

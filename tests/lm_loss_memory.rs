@@ -15,8 +15,8 @@ use burn::prelude::*;
 use burn::train::TrainStep;
 use burn_cubecl::CubeBackend;
 use leanburn::data::TokenBatch;
-use leanburn::memory::MemoryProbe;
 use leanburn::model::{Gpt2, Gpt2Config};
+use leanburn::MemoryProbe;
 
 /// The unfused wgpu backend: fusion decides on its own which intermediate results exist
 /// (and compiles and autotunes a kernel for each fused group: slow on a cold llvmpipe),

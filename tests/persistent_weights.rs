@@ -12,7 +12,7 @@ use burn::backend::{Autodiff, Wgpu};
 use burn::nn::LinearConfig;
 use burn::tensor::Shape;
 use leanburn::init::{materialize, materialize_persistent};
-use leanburn::memory::MemoryProbe;
+use leanburn::MemoryProbe;
 
 type B = Autodiff<Wgpu>;
 

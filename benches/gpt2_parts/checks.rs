@@ -12,8 +12,8 @@ use burn::tensor::{Distribution, ElementConversion, Tensor, TensorPrimitive};
 use leanburn::backend::{layer_norm, OptimizerOps};
 use leanburn::model::{Gpt2, Gpt2Config};
 use leanburn::optim::{GlobalNormClipping, ADAM_EPSILON};
-use leanburn::select::TrainBackend;
 use leanburn::trainer::ForwardLoss;
+use leanburn::TrainBackend;
 
 use super::Args;
 

@@ -10,8 +10,8 @@ use burn::optim::{GradientsParams, Optimizer};
 use cubecl::config::profiling::ProfilingLogLevel;
 use cubecl::config::{CubeClRuntimeConfig, RuntimeConfig};
 use leanburn::model::Gpt2Config;
-use leanburn::select::TrainBackend;
 use leanburn::trainer::ForwardLoss;
+use leanburn::TrainBackend;
 
 use super::Args;
 

@@ -1,7 +1,7 @@
 //! `--average`: the weight average the training examples can keep (docs/trainer.md,
 //! "Averaging"), verified against the live weights at each evaluation.
 
-use leanburn::trainer::AverageConfig;
+use leanburn::AverageConfig;
 
 use super::{bad_input, Failure};
 

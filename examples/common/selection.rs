@@ -1,7 +1,9 @@
 //! `--select-keep`: selection, a backward pass only for the examples that need it
 //! (docs/trainer.md, "Selection").
 
-use leanburn::trainer::{SelectionConfig, SelectionRule};
+use leanburn::trainer::SelectionRule;
+
+use leanburn::SelectionConfig;
 
 use super::{bad_input, Failure};
 

@@ -67,16 +67,18 @@ pub(crate) fn contiguous_of<R: burn_cubecl::CubeRuntime>(
     }
 }
 
-pub mod attention;
+mod attention;
 mod budget;
-pub mod conv;
+mod conv;
 mod custom_op;
 mod gelu;
 mod layer_norm;
 mod ops;
 mod optimizer;
 
-pub use attention::{lean_attention, AttentionOps};
+pub use attention::{
+    attention_workspace, lean_attention, set_attention_workspace, AttentionOps, DEFAULT_ATTENTION_WORKSPACE_BYTES,
+};
 pub use budget::{ConvBudget, InvalidBudget};
 pub use conv::{conv2d_plan, conv_transpose2d_plan, ChunkedConv, ConvPlan};
 pub use gelu::{exact_gelu, gelu_derivative, GeluOps};

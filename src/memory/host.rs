@@ -12,9 +12,11 @@ pub struct HostMemory {
     pub peak_resident: u64,
 }
 
-/// Reads `/proc/self/status`; `None` where it does not exist (not Linux) or cannot be
+/// This process's resident memory (not the machine's total: that is
+/// [`select::total_host_memory`](crate::select::total_host_memory)). Reads
+/// `/proc/self/status`; `None` where it does not exist (not Linux) or cannot be
 /// parsed.
-pub fn host_memory() -> Option<HostMemory> {
+pub fn process_memory() -> Option<HostMemory> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
     parse_status(&status)
 }
@@ -41,9 +43,9 @@ mod tests {
 
     #[test]
     fn resident_memory_follows_an_allocation() {
-        let Some(before) = host_memory() else { return }; // not Linux
+        let Some(before) = process_memory() else { return }; // not Linux
         let block = vec![1u8; 64 << 20];
-        let during = host_memory().expect("read before, so readable now");
+        let during = process_memory().expect("read before, so readable now");
         assert!(during.resident >= before.resident + (48 << 20), "{before:?} -> {during:?}");
         assert!(during.peak_resident >= during.resident);
         drop(std::hint::black_box(block));

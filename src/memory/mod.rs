@@ -1,5 +1,5 @@
 //! Device-memory telemetry: what the pool holds now, the peak, whether it is leaking.
-//! Where a backend has no pool (the CPU backends), [`host_memory`] reads the process's
+//! Where a backend has no pool (the CPU backends), [`process_memory`] reads the process's
 //! resident memory instead, reported as host memory and never as a device figure.
 //!
 //! A caching pool never gives memory back on its own, so "reserved" only ever looks like
@@ -15,7 +15,7 @@ mod probe;
 mod report;
 mod tracker;
 
-pub use host::{host_memory, HostMemory};
+pub use host::{process_memory, HostMemory};
 pub use in_step::{InStepPeak, InStepReading, PoolReader};
 pub use leak::{LeakDetector, LeakReport, LeakVerdict};
 pub use monitor::MemoryMonitor;

@@ -1,6 +1,6 @@
 //! Per-step sampling of one device: peak tracking and leak detection together.
 
-use super::host::{host_memory, HostMemory};
+use super::host::{process_memory, HostMemory};
 use super::leak::LeakDetector;
 use super::pool_health::PoolHealth;
 use super::probe::{MemoryProbe, MemorySample};
@@ -34,7 +34,7 @@ impl<B: MemoryProbe> MemoryMonitor<B> {
     /// Without a pool, the process's resident memory is read instead, for the report.
     pub fn sample(&mut self, step: u64) -> Option<MemorySample> {
         let sample = B::memory_sample(&self.device);
-        let host = if sample.is_none() { host_memory() } else { None };
+        let host = if sample.is_none() { process_memory() } else { None };
         self.observe(step, sample, host);
         sample
     }
@@ -111,7 +111,7 @@ mod tests {
         assert_eq!(monitor.sample(0), None, "no device pool on the CPU");
         let report = monitor.report();
         assert_eq!(report.current, None);
-        assert_eq!(report.host.is_some(), host_memory().is_some(), "{report:?}");
+        assert_eq!(report.host.is_some(), process_memory().is_some(), "{report:?}");
         if let Some(host) = report.host {
             assert!(host.resident > 0 && host.peak_resident >= host.resident, "{host:?}");
         }

@@ -40,7 +40,7 @@
 //!
 //! These counts were read from CubeCL's memory logger on llvmpipe (`docs/gpt2.md`, "The
 //! estimates against the measured reserve", which checks them against measured reserves).
-//! `examples/gpt2_small_hybrid.rs` prints both estimates before training and refuses to
+//! `examples/gpt2_small_hybrid/` prints both estimates before training and refuses to
 //! start when the device cannot hold the reserve (the tensors, where no pool is known).
 //!
 //! [`materialize_persistent`]: crate::init::materialize_persistent

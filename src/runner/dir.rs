@@ -150,14 +150,15 @@ impl RunDir {
         O: Optimizer<M, B>,
         T: HybridBatch<B>,
     {
+        let checkpoints = self.checkpoints_path();
+        let resume_from = self.resumed.then_some(checkpoints.as_path());
+        let trainer =
+            HybridTrainer::start(model, optimizer, config, lr, device, resume_from).map_err(RunError::Start)?;
         let trainer = if self.resumed {
-            let trainer =
-                HybridTrainer::resume(model, optimizer, self.checkpoints_path(), device).map_err(RunError::Start)?;
             self.cut_history_at(trainer.steps_taken())?;
             trainer.with_metrics_appended(self.metrics_path())
         } else {
-            HybridTrainer::new(model, optimizer, config, lr, device)
-                .and_then(|trainer| trainer.with_metrics(self.metrics_path()))
+            trainer.with_metrics(self.metrics_path())
         };
         trainer.map_err(RunError::Start)
     }
@@ -184,10 +185,10 @@ impl RunDir {
     {
         let trainer = if replica.is_leader() {
             self.start_trainer(model, optimizer, config, lr, device)?
-        } else if self.resumed {
-            HybridTrainer::resume(model, optimizer, self.checkpoints_path(), device).map_err(RunError::Start)?
         } else {
-            HybridTrainer::new(model, optimizer, config, lr, device).map_err(RunError::Start)?
+            let checkpoints = self.checkpoints_path();
+            let resume_from = self.resumed.then_some(checkpoints.as_path());
+            HybridTrainer::start(model, optimizer, config, lr, device, resume_from).map_err(RunError::Start)?
         };
         trainer.with_replica(replica).map_err(RunError::Start)
     }

@@ -11,6 +11,11 @@
 //! writes nothing. A [`StopRequest`] (SIGINT or SIGTERM with
 //! [`StopRequest::on_signals`]) ends a run after its current step, checkpointed.
 //!
+//! The other outer loop is burn-train's: [`HybridStrategy`] runs the same trainer inside
+//! `SupervisedTraining` (its dashboard, metrics, checkpointer and early stopping). Both
+//! start their trainer through [`HybridTrainer::start`](crate::trainer::HybridTrainer::start),
+//! the one place that decides new or resumed.
+//!
 //! ```text
 //!   RunDir::open ──▶ RunDir::start_trainer ──▶ Runner::run(trainer, batches, validate, on_event)
 //!        │                 (new or resumed)         │  step → MemoryMonitor, RunEvent::Step
@@ -20,6 +25,7 @@
 //!                                              RunOutcome (records, validations, memory report)
 //! ```
 
+mod burn_train;
 mod dir;
 mod error;
 mod event;
@@ -35,6 +41,7 @@ mod parallel_tests;
 #[cfg(test)]
 mod tests;
 
+pub use burn_train::{HybridStrategy, PoolMemoryMetric, PredictedShareMetric, StepTelemetry};
 pub use dir::{CorpusCheck, RunDir, RunHistory, StartMode};
 pub use error::RunError;
 pub use event::RunEvent;

@@ -253,7 +253,7 @@ fn settings_without_a_directory_cannot_checkpoint() {
     assert!(outcome.validations.is_empty() && outcome.last_checkpoint.is_none());
     // No device pool on the CPU: the monitor shows the host's memory the records carried.
     assert_eq!(outcome.memory.current, None);
-    assert_eq!(outcome.memory.host.is_some(), crate::memory::host_memory().is_some());
+    assert_eq!(outcome.memory.host.is_some(), crate::memory::process_memory().is_some());
     assert!(
         RunSettings::new(0).validate().is_err() && RunSettings::new(3).with_eval_every(Some(0)).validate().is_err()
     );

@@ -15,7 +15,7 @@ pub fn device_memory(selection: &Selection) -> Option<u64> {
         #[cfg(feature = "cuda")]
         Chosen::Cuda { ordinal } => cuda_total_memory(*ordinal),
         Chosen::Wgpu { adapter, .. } if adapter.kind.is_hardware() => None,
-        Chosen::Wgpu { .. } | Chosen::Cpu => host_memory(),
+        Chosen::Wgpu { .. } | Chosen::Cpu => total_host_memory(),
     }
 }
 
@@ -36,8 +36,9 @@ pub fn largest_pool_page(selection: &Selection) -> Option<u64> {
     }
 }
 
-/// `MemTotal` from `/proc/meminfo` (Linux), in bytes.
-pub fn host_memory() -> Option<u64> {
+/// The machine's total RAM, `MemTotal` from `/proc/meminfo` (Linux), in bytes (not this
+/// process's use: that is [`memory::process_memory`](crate::memory::process_memory)).
+pub fn total_host_memory() -> Option<u64> {
     let info = std::fs::read_to_string("/proc/meminfo").ok()?;
     parse_mem_total(&info)
 }
@@ -110,7 +111,7 @@ mod tests {
     #[test]
     fn this_host_reports_its_memory() {
         if cfg!(target_os = "linux") {
-            assert!(host_memory().unwrap() > 64 << 20);
+            assert!(total_host_memory().unwrap() > 64 << 20);
         }
     }
 }

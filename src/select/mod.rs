@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 
 #[cfg(feature = "cuda")]
 pub use capacity::cuda_total_memory;
-pub use capacity::{device_memory, host_memory, largest_pool_page};
+pub use capacity::{device_memory, largest_pool_page, total_host_memory};
 pub use headless::quiet_headless_vulkan;
 pub use kernel_cache::{init_kernel_cache, KernelCache, KernelCacheError, KernelCacheSetup, CACHE_DIR_VAR};
 pub use pool::{init_memory_pool, PoolError, PoolLayout};

@@ -87,7 +87,7 @@ fn the_loss_is_read_every_n_steps_as_the_mean_of_its_window() {
             let read = d.loss.expect("a reading step");
             assert!((read - mean).abs() <= 1e-6 * mean.abs().max(1.0), "step {step}: {read} vs {mean}");
             assert!(d.memory.is_none(), "the CPU backend has no pool to read");
-            let readable = crate::memory::host_memory().is_some();
+            let readable = crate::memory::process_memory().is_some();
             assert_eq!(d.host_memory.is_some(), readable, "its host memory is read instead, where readable");
             window.clear();
         } else {

@@ -186,7 +186,7 @@ mod tests {
 /// An [`LrSchedule`] as Burn's [`LrScheduler`](burn::lr_scheduler::LrScheduler): each
 /// `step()` returns the rate of the next optimizer step, from `at(0)` on; its record is
 /// that position. For a burn-train `Learner` next to
-/// [`HybridStrategy`](crate::strategy::HybridStrategy), or any loop that wants Burn's
+/// [`HybridStrategy`](crate::runner::HybridStrategy), or any loop that wants Burn's
 /// scheduler interface.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ScheduledLr {

@@ -64,6 +64,7 @@ mod replica;
 mod reports;
 mod selection;
 mod step;
+mod steps;
 
 #[cfg(test)]
 mod execution_tests;

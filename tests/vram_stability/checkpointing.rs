@@ -12,8 +12,9 @@ use burn::optim::{GradientsParams, Optimizer, SgdConfig};
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::{Int, Tensor};
 use leanburn::data::{HostBatch, Split, WindowSampler};
-use leanburn::memory::{format_bytes, trim, MemoryProbe};
+use leanburn::memory::{format_bytes, trim};
 use leanburn::model::{Gpt2, Gpt2Config};
+use leanburn::MemoryProbe;
 
 use crate::common::{exclusive_device, wgpu_device};
 

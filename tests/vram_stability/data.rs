@@ -7,7 +7,7 @@ use std::path::Path;
 
 type Wgpu = burn::backend::Wgpu<f32, i32>;
 use leanburn::data::{evaluation_windows, Corpus, Gpt2Tokenizer, Split, TokenDataset, WindowSampler};
-use leanburn::memory::MemoryProbe;
+use leanburn::MemoryProbe;
 
 const BATCH: usize = 4;
 const SEQ: usize = 32;

@@ -5,9 +5,11 @@
 
 use burn::optim::SgdConfig;
 use leanburn::data::{ShapeSampler, SHAPE_CLASSES};
-use leanburn::memory::{format_bytes, trim, MemoryProbe};
+use leanburn::memory::{format_bytes, trim};
 use leanburn::model::{ConvClassifier, ConvClassifierConfig};
-use leanburn::trainer::{ExecutionConfig, HybridConfig, HybridTrainer, LrSchedule, TrainerStatistics, TrimPolicy};
+use leanburn::trainer::{ExecutionConfig, TrainerStatistics, TrimPolicy};
+use leanburn::MemoryProbe;
+use leanburn::{HybridConfig, HybridTrainer, LrSchedule};
 
 use crate::common::{exclusive_device, wgpu_device};
 use crate::LeanWgpu;

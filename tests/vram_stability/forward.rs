@@ -8,8 +8,9 @@ use burn::backend::{Autodiff, Wgpu};
 use burn::module::AutodiffModule;
 use burn::optim::{AdamConfig, GradientsParams, Optimizer};
 use burn::prelude::*;
-use leanburn::memory::{LeakVerdict, MemoryMonitor, MemoryProbe};
+use leanburn::memory::LeakVerdict;
 use leanburn::model::SmallCnnConfig;
+use leanburn::{MemoryMonitor, MemoryProbe};
 
 type B = Autodiff<Wgpu>;
 type Inner = Wgpu;

@@ -9,7 +9,7 @@ use burn::prelude::*;
 use leanburn::data::{ImageBatch, ShapeSampler, Split, TokenBatch, WindowSampler, SHAPE_CLASSES};
 use leanburn::memory::LeakVerdict;
 use leanburn::model::{ConvClassifier, ConvClassifierConfig, Gpt2, Gpt2Config};
-use leanburn::trainer::{HybridConfig, HybridTrainer, LrSchedule};
+use leanburn::{HybridConfig, HybridTrainer, LrSchedule};
 
 use crate::common::{exclusive_device, wgpu_device};
 use crate::{soak, LeanWgpu, Soak};

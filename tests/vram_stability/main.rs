@@ -41,8 +41,10 @@ use burn::module::{Module, ModuleVisitor, Param};
 use burn::optim::Optimizer;
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{DType, Tensor};
-use leanburn::memory::{LeakDetector, LeakReport, MemoryProbe};
-use leanburn::trainer::{HybridBatch, HybridTrainer, TrainerStatistics};
+use leanburn::memory::{LeakDetector, LeakReport};
+use leanburn::trainer::TrainerStatistics;
+use leanburn::MemoryProbe;
+use leanburn::{HybridBatch, HybridTrainer};
 
 /// `Autodiff<Lean<CubeBackend<Wgpu>>>`: leanburn's convolutions inside autodiff.
 pub type LeanWgpu = burn::backend::Autodiff<leanburn::backend::Lean<leanburn::select::CubeWgpu>>;

@@ -3,7 +3,8 @@
 //! `trim()` exists.
 
 use burn::prelude::*;
-use leanburn::memory::{trim, MemoryProbe};
+use leanburn::memory::trim;
+use leanburn::MemoryProbe;
 
 use crate::common::{exclusive_device, wgpu_device};
 

@@ -10,9 +10,11 @@ use burn::optim::{AdamConfig, AdamWConfig, SgdConfig};
 use burn::prelude::*;
 use burn::tensor::DType;
 use leanburn::data::{HostBatch, ShapeSampler, Split, WindowSampler, SHAPE_CLASSES};
-use leanburn::memory::{format_bytes, trim, MemoryProbe};
+use leanburn::memory::{format_bytes, trim};
 use leanburn::model::{ConvClassifier, ConvClassifierConfig, Gpt2, Gpt2Config};
-use leanburn::trainer::{HybridConfig, HybridTrainer, LossScaleConfig, LrSchedule, Precision, PrecisionConfig};
+use leanburn::trainer::{LossScaleConfig, Precision, PrecisionConfig};
+use leanburn::MemoryProbe;
+use leanburn::{HybridConfig, HybridTrainer, LrSchedule};
 
 use crate::common::{exclusive_device, wgpu_device};
 use crate::LeanWgpu;

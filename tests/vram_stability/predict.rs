@@ -8,9 +8,11 @@ use burn::backend::{Autodiff, Wgpu};
 use burn::module::{AutodiffModule, Module, ModuleMapper, Param};
 use burn::optim::SgdConfig;
 use burn::prelude::*;
-use leanburn::memory::{LeakDetector, LeakVerdict, MemoryProbe};
+use leanburn::memory::{LeakDetector, LeakVerdict};
 use leanburn::model::{SmallCnn, SmallCnnConfig};
-use leanburn::trainer::{HybridConfig, HybridTrainer, LrSchedule, ParamUpdates, Phase};
+use leanburn::trainer::{ParamUpdates, Phase};
+use leanburn::MemoryProbe;
+use leanburn::{HybridConfig, HybridTrainer, LrSchedule};
 
 type B = Autodiff<Wgpu>;
 

@@ -10,9 +10,11 @@ use burn::module::Module;
 use burn::optim::AdamConfig;
 use burn::prelude::*;
 use leanburn::data::{ShapeSampler, SHAPE_CLASSES};
-use leanburn::memory::{MemoryProbe, MemorySample};
+use leanburn::memory::MemorySample;
 use leanburn::model::{ConvClassifier, ConvClassifierConfig};
-use leanburn::trainer::{HybridConfig, HybridTrainer, LrSchedule, TrainerStatistics};
+use leanburn::trainer::TrainerStatistics;
+use leanburn::MemoryProbe;
+use leanburn::{HybridConfig, HybridTrainer, LrSchedule};
 
 use crate::common::{exclusive_device, wgpu_device};
 use crate::LeanWgpu;

@@ -8,7 +8,7 @@ use burn::prelude::*;
 use leanburn::data::{ShapeSampler, SHAPE_CLASSES};
 use leanburn::memory::{LeakDetector, LeakVerdict};
 use leanburn::model::{ConvClassifier, ConvClassifierConfig};
-use leanburn::trainer::{HybridConfig, HybridTrainer, LrSchedule};
+use leanburn::{HybridConfig, HybridTrainer, LrSchedule};
 
 use crate::common::{exclusive_device, wgpu_device};
 use crate::{in_use, LeanWgpu};

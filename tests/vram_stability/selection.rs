@@ -7,9 +7,11 @@ use crate::soak;
 use burn::backend::{Autodiff, Wgpu};
 use burn::module::AutodiffModule;
 use burn::optim::SgdConfig;
-use leanburn::memory::{LeakVerdict, MemoryMonitor};
+use leanburn::memory::LeakVerdict;
 use leanburn::model::SmallCnnConfig;
-use leanburn::trainer::{ExampleLosses, HybridConfig, HybridTrainer, LrSchedule, SelectionConfig, SelectionRule};
+use leanburn::trainer::{ExampleLosses, SelectionRule};
+use leanburn::MemoryMonitor;
+use leanburn::{HybridConfig, HybridTrainer, LrSchedule, SelectionConfig};
 
 type B = Autodiff<Wgpu>;
 

@@ -77,26 +77,16 @@ impl<B: AutodiffBackend, O> HybridStrategy<B, O> {
         O: Optimizer<M, B> + Clone,
         T: HybridBatch<B>,
     {
-        let trainer = match &self.checkpoints {
-            Some(dir) if resume && dir.join("latest").exists() => {
-                HybridTrainer::resume(model, self.optimizer.clone(), dir, self.device.clone())?
-            }
-            _ => {
-                if resume {
-                    tracing::warn!(
-                        "resuming without a leanburn checkpoint (HybridStrategy::with_checkpoints): the model comes \
-                         from Burn's checkpoint, the optimizer and the hybrid state start afresh"
-                    );
-                }
-                HybridTrainer::new(
-                    model,
-                    self.optimizer.clone(),
-                    self.config.clone(),
-                    self.lr.clone(),
-                    self.device.clone(),
-                )?
-            }
-        };
+        let resume_from = self.checkpoints.as_deref().filter(|dir| resume && dir.join("latest").exists());
+        if resume && resume_from.is_none() {
+            tracing::warn!(
+                "resuming without a leanburn checkpoint (HybridStrategy::with_checkpoints): the model comes from \
+                 Burn's checkpoint, the optimizer and the hybrid state start afresh"
+            );
+        }
+        let optimizer = self.optimizer.clone();
+        let (config, lr, device) = (self.config.clone(), self.lr.clone(), self.device.clone());
+        let trainer = HybridTrainer::start(model, optimizer, config, lr, device, resume_from)?;
         Ok(trainer.with_execution(self.execution)?.with_train_outputs())
     }
 }

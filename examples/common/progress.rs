@@ -1,0 +1,239 @@
+//! What a run shows while it trains and when it ends: a progress bar drawn from the
+//! runner's events, and the summary.
+
+use std::time::Duration;
+
+use burn::optim::Optimizer;
+use indicatif::{ProgressBar, ProgressStyle};
+use leanburn::memory::{format_bytes, InStepPeak, InStepReading};
+use leanburn::runner::StopRequest;
+use leanburn::MemoryProbe;
+use leanburn::{HybridBatch, HybridModel, HybridTrainer};
+use leanburn::{RunDir, RunEvent, RunOutcome, RunSettings, Runner, Validation};
+
+use super::failure::Failure;
+use super::start::STARTED;
+
+/// A progress bar and the lines printed between its redraws, drawn from a run's events;
+/// `item` names what a batch holds ("tok", "img").
+pub struct Progress {
+    bar: ProgressBar,
+    item: &'static str,
+    /// Whether the first step's time has been printed.
+    timed_first: std::cell::Cell<bool>,
+    /// The pool read during steps (`--sample-pool-ms`), and the highest readings of the
+    /// steps after the first (which also holds autotuning's buffers).
+    in_step: Option<(InStepPeak, std::cell::Cell<Option<InStepReading>>)>,
+}
+
+impl Progress {
+    pub fn new(item: &'static str) -> Self {
+        let bar = ProgressBar::new(0);
+        bar.set_style(
+            ProgressStyle::with_template("{bar:30} {pos}/{len} [{elapsed_precise}<{eta_precise}] {msg}")
+                .expect("a valid template"),
+        );
+        Self { bar, item, timed_first: std::cell::Cell::new(false), in_step: None }
+    }
+
+    /// Reads the pool during steps with `sampler`, for [`in_step_summary`](Self::in_step_summary).
+    pub fn with_in_step_peak(mut self, sampler: Option<InStepPeak>) -> Self {
+        self.in_step = sampler.map(|sampler| (sampler, std::cell::Cell::new(None)));
+        self
+    }
+
+    /// The in-step peak over the steps after this process's first, and the reserve
+    /// against it; `None` without a sampler.
+    pub fn in_step_summary(&self) -> Option<String> {
+        let (_, highest) = self.in_step.as_ref()?;
+        Some(match highest.get() {
+            Some(r) => format!(
+                "in-step peak (pool read {} times during the steps after the first): in use {}, reserved {} \
+                 (reserve / in-use peak {:.2})",
+                r.readings,
+                format_bytes(r.peak_in_use as f64),
+                format_bytes(r.peak_reserved as f64),
+                r.peak_reserved as f64 / r.peak_in_use.max(1) as f64
+            ),
+            None => "in-step peak: no reading after the first step".into(),
+        })
+    }
+
+    /// Draws `event`. `header` is printed when the run starts, with the step it starts after.
+    pub fn on_event(&self, event: RunEvent<'_>, header: &mut Option<impl FnOnce(usize) -> String>) {
+        let item = self.item;
+        match event {
+            RunEvent::Started { first, steps } => {
+                if let Some(header) = header.take() {
+                    eprintln!("{}", header(first));
+                }
+                self.bar.set_length(steps as u64);
+                self.bar.set_position(first as u64);
+            }
+            RunEvent::Step { record, last_loss, items_per_second } => {
+                let first = !self.timed_first.get();
+                if let Some((sampler, highest)) = &self.in_step {
+                    // Taken every step, so that the first step's readings are dropped.
+                    if let (Some(reading), false) = (sampler.take(), first) {
+                        highest.set(Some(highest.get().map_or(reading, |h| h.max(reading))));
+                    }
+                }
+                if !self.timed_first.replace(true) {
+                    // Compiling and autotuning kernels is most of a cold start (docs/gpt2.md).
+                    let since = STARTED
+                        .get()
+                        .map_or(String::new(), |t| format!(", {:.1} s after start", t.elapsed().as_secs_f64()));
+                    self.bar.suspend(|| eprintln!("first step of this process done{since}"));
+                }
+                self.bar.set_message(format!(
+                    "{:<7} loss {}  {items_per_second:.0} {item}/s  {}",
+                    record.phase.to_string(),
+                    last_loss.map_or("-".into(), |loss: f64| format!("{loss:.3}")),
+                    match (record.memory, record.host_memory) {
+                        (Some(m), _) => format!("in use {}", format_bytes(m.bytes_in_use as f64)),
+                        (None, Some(h)) => format!("host {}", format_bytes(h.resident as f64)),
+                        (None, None) => String::new(),
+                    }
+                ));
+                self.bar.inc(1);
+            }
+            // Printed whether or not the bar is drawn (it is hidden when stderr is no terminal).
+            RunEvent::Validated { point, items_per_second } => self.bar.suspend(|| {
+                let speed = if point.step == 0 { String::new() } else { format!(", {items_per_second:.0} {item}/s") };
+                let weights = point.weights.map_or(String::new(), |w| format!(" ({} weights)", w.name()));
+                eprintln!("step {:>5}: {}{weights}{speed}", point.step, point.validation)
+            }),
+            RunEvent::AverageVerified { verdict } => self.bar.suspend(|| {
+                eprintln!(
+                    "step {:>5}: weight average {:.4} against live {:.4} on the probe batches: {} chosen{}",
+                    verdict.step,
+                    verdict.average,
+                    verdict.live,
+                    verdict.chosen.name(),
+                    if verdict.pulled { ", live weights pulled toward it" } else { "" }
+                )
+            }),
+            RunEvent::PoolBloated { step, verdict } => {
+                self.bar.suspend(|| eprintln!("step {step:>5}: device memory pool {verdict} (--trim phases)"))
+            }
+            RunEvent::Checkpointed { .. } => {}
+        }
+    }
+
+    pub fn finish(&self) {
+        self.bar.finish_and_clear();
+    }
+}
+
+/// Runs `trainer` in `dir` with `settings`, drawing progress: host batches from
+/// `next_batch`, moved by `to_device`, scored by `validate`; `header` describes the run
+/// once its first step is known. With `sample_pool_ms`, the pool is also read during the
+/// steps and the in-step peak printed at the end. A data-parallel replica other than 0
+/// (the trainer's [`replica`](HybridTrainer::replica)) only steps: it draws, validates
+/// and writes nothing.
+#[allow(clippy::too_many_arguments)]
+pub fn train<B, M, O, T, H>(
+    trainer: &mut HybridTrainer<B, M, O, T>,
+    dir: &RunDir,
+    settings: RunSettings,
+    sample_pool_ms: Option<u64>,
+    item: &'static str,
+    header: impl FnOnce(usize) -> String,
+    next_batch: impl FnMut() -> Result<H, Failure>,
+    to_device: impl Fn(H) -> T,
+    validate: impl FnMut(&M) -> Validation,
+) -> Result<RunOutcome, Failure>
+where
+    B: burn::tensor::backend::AutodiffBackend + MemoryProbe,
+    M: HybridModel<B, T>,
+    O: Optimizer<M, B>,
+    T: HybridBatch<B>,
+{
+    if trainer.replica().is_some_and(|replica| !replica.is_leader()) {
+        let next_batch = next_batch_with_message(next_batch);
+        return Ok(Runner::follower(settings).run(trainer, next_batch, to_device, validate, |_| {})?);
+    }
+    let sampler = sample_pool_ms.map(|ms| InStepPeak::start::<B>(trainer.device(), Duration::from_millis(ms)));
+    if sampler.as_ref().is_some_and(Option::is_none) {
+        eprintln!("--sample-pool-ms: no device pool on this backend; nothing is sampled");
+    }
+    let progress = Progress::new(item).with_in_step_peak(sampler.flatten());
+    let mut header = Some(header);
+    let next_batch = next_batch_with_message(next_batch);
+    let mut runner = Runner::new(settings).in_dir(dir);
+    // Ctrl-C or SIGTERM: the step in progress finishes and is checkpointed (a data-parallel
+    // run's replicas would have to stop together, so it keeps the default: the process ends).
+    if trainer.replica().is_none() {
+        match StopRequest::on_signals() {
+            Ok(stop) => runner = runner.with_stop(stop),
+            Err(err) => eprintln!("warning: no SIGINT/SIGTERM handler ({err}): a signal ends the run unsaved"),
+        }
+    }
+    let outcome = runner.run(trainer, next_batch, to_device, validate, |event| progress.on_event(event, &mut header));
+    progress.finish();
+    if let Some(line) = progress.in_step_summary() {
+        eprintln!("{line}");
+    }
+    Ok(outcome?)
+}
+
+/// A batch source whose failures carry their message through the runner's error.
+fn next_batch_with_message<H>(mut next_batch: impl FnMut() -> Result<H, Failure>) -> impl FnMut() -> Result<H, String> {
+    move || next_batch().map_err(|failure| failure.message)
+}
+
+/// The summary a finished run prints.
+pub fn summary(title: &str, outcome: &RunOutcome, dir: &RunDir, item: &str) -> String {
+    let stats = &outcome.statistics;
+    let train_loss = outcome.recent_train_loss(10).map_or("-".into(), |loss| format!("{loss:.4}"));
+    let validation = outcome.validation().map_or("no validation".into(), |v| v.to_string());
+    let mut text = format!(
+        "\n{title}: {} steps\n\
+         train loss (last 10 full steps) {train_loss}, {validation}\n\
+         {:.0} {item}/s over {:.1} s of training; {:.0}% of steps predicted, {} rolled back\n",
+        stats.steps,
+        outcome.items_per_second(),
+        outcome.train_seconds,
+        stats.predicted_share * 100.0,
+        stats.rollbacks,
+    );
+    if let Some(share) = stats.selected_share() {
+        text += &format!(
+            "selection: backward on {:.0}% of the {} examples its steps scored\n",
+            share * 100.0,
+            stats.scored_examples
+        );
+    }
+    if stats.overflow_steps > 0 {
+        text += &format!("{} steps skipped for overflowed gradients (loss scaling)\n", stats.overflow_steps);
+    }
+    if stats.trims > 0 {
+        text +=
+            &format!("pool trimmed {} times, {} handed back\n", stats.trims, format_bytes(stats.trimmed_bytes as f64));
+    }
+    let memory = &outcome.memory;
+    if let (Some(peak), Some(last)) = (stats.peak_bytes_in_use, memory.current) {
+        text += &format!(
+            "device memory in use: peak {}, final {}; after warmup: {}\n",
+            format_bytes(peak as f64),
+            format_bytes(last.bytes_in_use as f64),
+            memory.leak.as_ref().map_or("not fitted".into(), |leak| leak.to_string()),
+        );
+        text += &format!("memory pool: {}\n", memory.pool);
+    } else {
+        text += "device memory: not available on this backend (no device pool to read)\n";
+        if let Some(host) = memory.host {
+            text += &format!(
+                "host memory (process resident): peak {}, final {}\n",
+                format_bytes(host.peak_resident as f64),
+                format_bytes(host.resident as f64)
+            );
+        }
+    }
+    text += &match &outcome.last_checkpoint {
+        Some((step, path)) => format!("checkpoint of step {step}: {} (continue with --resume)\n", path.display()),
+        None => "no checkpoint written\n".into(),
+    };
+    text += &format!("metrics: {}", dir.metrics_path().display());
+    text
+}

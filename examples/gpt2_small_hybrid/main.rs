@@ -1,0 +1,284 @@
+//! GPT-2 trained on real text with `HybridTrainer`: the job the README's main command runs.
+//!
+//! ```text
+//! cargo run --release --example gpt2_small_hybrid                      # best backend, defaults
+//! cargo run --release --example gpt2_small_hybrid -- --mode full      # the all-full baseline
+//! cargo run --release --example gpt2_small_hybrid -- --backend cuda --batch 8 --seq 1024
+//! cargo run --release --example gpt2_small_hybrid -- --resume         # continue a run
+//! ```
+//!
+//! On a GPU the default preset is `gpt2-small` (124M parameters, context 1024); elsewhere
+//! it is `gpt2-mini`, which finishes in minutes on two CPU cores. With no `--data` the
+//! corpus is the Rust and Markdown sources in the local Cargo registry, which every machine
+//! that built this project has.
+//!
+//! Written to `--out` (default `runs/gpt2`), per mode: `metrics-<mode>.jsonl` (one
+//! [`StepReport`] per step), `validation-<mode>.csv`, `checkpoints-<mode>/`, and `gpt2.svg`
+//! (train/validation loss and device memory against step, both modes overlaid when both
+//! have run).
+
+#[path = "../common/mod.rs"]
+mod common;
+mod corpus;
+mod memory;
+mod warm_cache;
+
+use std::path::PathBuf;
+
+use burn::module::AutodiffModule;
+use clap::parser::ValueSource;
+use clap::{ArgMatches, CommandFactory, Parser};
+use common::average::AverageArgs;
+use common::selection::SelectArgs;
+use common::{
+    bad_input, broke, config, exit_on_failure, init_kernel_cache, plot_runs, run_settings, start_trainer, summary,
+    train, ExecutionArgs, Failure, RunArgs,
+};
+use leanburn::data::{HostBatch, Split, TokenDataset, WindowSampler};
+use leanburn::model::{Gpt2, Gpt2Attention, Gpt2Config, GPT2_PRESETS};
+use leanburn::optim::{clipped_adamw, ClippedAdamW};
+use leanburn::select::{select, Chosen};
+use leanburn::trainer::Precision;
+use leanburn::SelectionConfig;
+use leanburn::{BackendArgs, BackendJob, TrainBackend};
+use leanburn::{RunDir, RunOutcome, Validation};
+
+#[derive(Parser, Debug, Clone)]
+#[command(about = "Train GPT-2 with leanburn's HybridTrainer on real text")]
+struct Args {
+    #[command(flatten)]
+    backend: BackendArgs,
+    #[command(flatten)]
+    run: RunArgs,
+    #[command(flatten)]
+    execution: ExecutionArgs,
+    #[command(flatten)]
+    average: AverageArgs,
+    /// Model size; default gpt2-small on CUDA, gpt2-mini elsewhere.
+    #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(GPT2_PRESETS))]
+    preset: Option<String>,
+    /// Sequences per step.
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u64).range(1..))]
+    batch: u64,
+    /// Tokens per sequence; default the preset's context on CUDA, 64 elsewhere.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    seq: Option<u64>,
+    /// Total trainer steps (a resumed run continues up to this); default 300 on CUDA, 200
+    /// elsewhere.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    steps: Option<u64>,
+    /// Peak AdamW learning rate (linear warmup over 10% of the steps, cosine decay to a
+    /// tenth); default 6e-4 for gpt2-small, 1e-3 for the smaller presets.
+    #[arg(long)]
+    lr: Option<f64>,
+    /// A UTF-8 text file, or a directory walked for text files; default: the Cargo
+    /// registry's Rust and Markdown sources.
+    #[arg(long)]
+    data: Option<PathBuf>,
+    /// Read at most this many MiB of text.
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u64).range(1..))]
+    corpus_mib: u64,
+    /// Directory for metrics, checkpoints and the plot.
+    #[arg(long, default_value = "runs/gpt2")]
+    out: PathBuf,
+    /// With `--resume`: continue even though the corpus differs from the one the run
+    /// trained on (the differences are printed as a warning).
+    #[arg(long, requires = "resume")]
+    allow_corpus_change: bool,
+    /// Validation loss every this many steps.
+    #[arg(long, default_value_t = 25, value_parser = clap::value_parser!(u64).range(1..))]
+    eval_every: u64,
+    /// Compute the loss this many tokens at a time, never building the full
+    /// `tokens × vocab` logits (see `docs/gpt2.md`); 0 builds them. Default on the CPU
+    /// backend: 512 tokens where a step has at least 512 (faster there too:
+    /// docs/benchmarks.md); elsewhere 128 on the CPU and 256 on GPUs, wherever the memory
+    /// estimate is smaller with the chunk than without; otherwise off.
+    #[arg(long)]
+    loss_chunk: Option<u64>,
+    /// `lean`: leanburn's attention, which keeps no `seq × seq` scores for the backward
+    /// pass; `burn`: Burn's `attention` op, which keeps them in every layer.
+    #[arg(long, value_enum, default_value_t = Gpt2Attention::Lean)]
+    attention: Gpt2Attention,
+    /// MiB of transient score buffers one block of leanburn's attention may hold (about
+    /// four `[batch, heads, rows, seq]` tensors): larger blocks are fewer, larger kernels.
+    /// Not counted by the memory estimate.
+    #[arg(long, default_value_t = (leanburn::backend::DEFAULT_ATTENTION_WORKSPACE_BYTES >> 20) as u64,
+        value_parser = clap::value_parser!(u64).range(1..))]
+    attention_workspace: u64,
+    /// Round the vocabulary up to a multiple of this: default 64 on GPUs (50,304 rows,
+    /// which their matmuls prefer), 1 on the CPU backend and software adapters.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    pad_vocab: Option<u64>,
+    /// Start even if the memory estimate exceeds the device's memory.
+    #[arg(long)]
+    ignore_memory_estimate: bool,
+    /// Compile and autotune the kernels of one training step and one evaluation step at
+    /// these shapes, in every precision the backend computes in (only `--precision`'s
+    /// when given), into the kernel cache (`--kernel-cache`), then exit: a later run at
+    /// these shapes starts warm (docs/gpt2.md).
+    #[arg(long, conflicts_with_all = ["resume", "overwrite"])]
+    warm_cache: bool,
+    #[command(flatten)]
+    select: SelectArgs,
+}
+
+/// What a resumed run cannot change: its model, its batches and its schedule are in the
+/// checkpoint (`--resume` starts from the run's saved options; see `common::config`).
+const FIXED_ON_RESUME: &[&str] = &["preset", "seq", "batch", "pad-vocab", "lr", "warmup", "seed", "accum"];
+
+fn main() {
+    common::allocator::keep_freed_memory();
+    // SAFETY: first thing in main, before any thread exists.
+    unsafe { leanburn::select::quiet_headless_vulkan() };
+    exit_on_failure(config::parse_with_config::<Args>(FIXED_ON_RESUME).and_then(|(args, matches)| run(args, &matches)));
+}
+
+/// The vocabulary is padded to a multiple of this on GPUs (as nanoGPT does: 50,304).
+const GPU_PAD_VOCAB: usize = 64;
+
+/// Everything a run needs, settled before any device work.
+struct Plan {
+    args: Args,
+    preset: String,
+    config: Gpt2Config,
+    batch: usize,
+    seq: usize,
+    steps: usize,
+    lr: f64,
+    loss_chunk: Option<usize>,
+    selection: Option<SelectionConfig>,
+    dir: RunDir,
+    data: TokenDataset,
+    validation: Vec<HostBatch>,
+}
+
+fn run(args: Args, matches: &ArgMatches) -> Result<(), Failure> {
+    init_kernel_cache(&args.backend)?;
+    let selection = select(&args.backend).map_err(|e| Failure { code: e.exit_code(), message: e.to_string() })?;
+    eprintln!("{selection}");
+    let gpu = match &selection.chosen {
+        #[cfg(feature = "cuda")]
+        Chosen::Cuda { .. } => true,
+        Chosen::Wgpu { adapter, .. } => adapter.kind.is_hardware(),
+        Chosen::Cpu => false,
+    };
+
+    let preset = args.preset.clone().unwrap_or_else(|| if gpu { "gpt2-small" } else { "gpt2-mini" }.into());
+    let pad_vocab = args.pad_vocab.map_or(if gpu { GPU_PAD_VOCAB } else { 1 }, |p| p as usize);
+    let config = Gpt2Config::preset(&preset).map_err(|e| bad_input(e.to_string()))?.with_pad_vocab_to(pad_vocab);
+    let batch = args.batch as usize;
+    let seq = args.seq.map_or(if gpu { config.context } else { 64.min(config.context) }, |s| s as usize);
+    if seq > config.context {
+        return Err(bad_input(format!("--seq {seq} exceeds {preset}'s context of {} tokens", config.context)));
+    }
+    let steps = args.steps.map_or(if gpu { 300 } else { 200 }, |s| s as usize);
+    let lr = args.lr.unwrap_or(if preset == "gpt2-small" { 6e-4 } else { 1e-3 });
+    if !(lr.is_finite() && lr > 0.0) {
+        return Err(bad_input(format!("--lr must be a positive number, got {lr}")));
+    }
+    let chosen = args.select.config(steps, args.run.seed)?;
+    let loss_chunk = memory::loss_chunk(args.loss_chunk, selection.kind(), &config, batch, seq);
+
+    leanburn::backend::set_attention_workspace((args.attention_workspace as usize) << 20);
+    memory::check_memory(&args, &selection, &config, &preset, batch, seq, loss_chunk)?;
+    if args.warm_cache {
+        // Every precision the backend computes in, or the one asked for.
+        let asked = matches.value_source("precision").is_some_and(|source| source != ValueSource::DefaultValue);
+        let precisions = if asked {
+            args.execution.check_precision(&selection)?;
+            vec![args.execution.precision]
+        } else {
+            vec![Precision::F32, Precision::Bf16, Precision::F16]
+        };
+        let checkpointing = args.execution.checkpointing;
+        return selection
+            .run_with(warm_cache::WarmCache { args, config, batch, seq, loss_chunk, precisions }, checkpointing);
+    }
+    args.execution.check_precision(&selection)?;
+    let dir = args.run.open(&args.out)?;
+    // What was decided at run time is recorded as decided, so the file repeats this run.
+    let mut resolved = config::resolved(&Args::command(), matches);
+    let decided = [
+        ("backend", selection.kind().name().to_string()),
+        ("preset", preset.clone()),
+        ("seq", seq.to_string()),
+        ("steps", steps.to_string()),
+        ("lr", lr.to_string()),
+        ("loss-chunk", loss_chunk.unwrap_or(0).to_string()),
+        ("pad-vocab", pad_vocab.to_string()),
+    ];
+    resolved.extend(decided.map(|(name, value)| (name.to_string(), value.into())));
+    config::save(resolved, &dir.options_path())?;
+
+    let (data, validation) = corpus::tokens(&args, &dir, batch, seq)?;
+
+    let (out, mode, checkpointing) = (args.out.clone(), args.run.mode, args.execution.checkpointing);
+    let plan =
+        Plan { args, preset, config, batch, seq, steps, lr, loss_chunk, selection: chosen, dir, data, validation };
+    let (summary, outcome) = selection.run_with(plan, checkpointing)?;
+    println!("{summary}");
+    plot_runs(&out, mode, &outcome, "gpt2", "GPT-2");
+    Ok(())
+}
+
+/// AdamW with weight decay 0.1, the gradients clipped to a global norm of 1 (as PyTorch's
+/// `clip_grad_norm_`), one update kernel per parameter on a GPU.
+fn optimizer<B: TrainBackend>() -> ClippedAdamW<B> {
+    clipped_adamw(0.1, 1.0)
+}
+
+impl BackendJob for Plan {
+    type Output = Result<(String, RunOutcome), Failure>;
+
+    fn run<B: TrainBackend>(self, device: B::Device) -> Self::Output {
+        let args = &self.args;
+        B::seed(&device, args.run.seed);
+        let model: Gpt2<B> =
+            self.config.init::<B>(&device).with_loss_chunk(self.loss_chunk).with_attention(args.attention);
+        let selection = self.selection.clone();
+        let start = args.run.start(self.lr, self.steps, &args.execution, &args.average, selection)?;
+        let mut trainer = start_trainer(model, optimizer(), &start, &self.dir, device.clone(), None)?;
+        let header = |first: usize| {
+            format!(
+                "training {} on {} for steps {}..{} ({} mode), peak lr {}{}{}{}",
+                self.preset,
+                B::name(&device),
+                first + 1,
+                self.steps,
+                args.run.mode.name(),
+                self.lr,
+                match args.execution.accum {
+                    1 => String::new(),
+                    k => format!(
+                        ", {k} micro-batches of {} per step (effective batch {})",
+                        self.batch,
+                        self.batch * k as usize
+                    ),
+                },
+                args.execution.describe_checkpointing(),
+                args.execution.describe_precision(),
+            )
+        };
+        let settings =
+            run_settings(self.steps, args.eval_every, args.run.checkpoint_every, trainer.config().warmup_steps);
+        let mut sampler =
+            WindowSampler::new(self.batch, self.seq, args.run.seed).map_err(|e| bad_input(e.to_string()))?;
+        let next_batch = || sampler.sample(self.data.train(), Split::Train).map_err(|e| broke(e.to_string()));
+        let to_device = |batch: HostBatch| batch.into_device::<B>(&device);
+        let validate =
+            |model: &Gpt2<B>| Validation { loss: model.valid().evaluate(&self.validation, &device), accuracy: None };
+        let outcome = train(
+            &mut trainer,
+            &self.dir,
+            settings,
+            args.execution.sample_pool_ms,
+            "tok",
+            header,
+            next_batch,
+            to_device,
+            validate,
+        )?;
+        let title = format!("{} ({} mode) on {}", self.preset, args.run.mode.name(), B::name(&device));
+        Ok((summary(&title, &outcome, &self.dir, "tokens"), outcome))
+    }
+}

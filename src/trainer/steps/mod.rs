@@ -1,0 +1,199 @@
+//! A step's bodies: [`HybridTrainer::step`] runs the current phase's step
+//! ([`full`] or [`predict`]) and keeps the books: its record, the phase schedule, the pool
+//! trims, the metrics line.
+
+mod full;
+mod predict;
+
+use std::time::Instant;
+
+use burn::optim::Optimizer;
+use burn::tensor::backend::{AutodiffBackend, Backend};
+
+use super::error::TrainerError;
+use super::hybrid::HybridTrainer;
+use super::params::Alignment;
+use super::predict::phase::Phase;
+use super::reports::step_report::{SelectionCount, StepReport};
+use super::step::{HybridBatch, HybridModel};
+use crate::memory::MemoryProbe;
+
+/// What a step's body hands back to [`HybridTrainer::step`].
+struct StepOutcome {
+    /// `None` when the loss stayed on the device.
+    loss: Option<f64>,
+    lr: f64,
+    optimizer_step: usize,
+    rolled_back: bool,
+    alignment: Option<Alignment>,
+    /// The loss scale the backward pass used.
+    loss_scale: Option<f64>,
+    /// Whether the gradients overflowed and the update was skipped.
+    overflow: bool,
+    /// A block's verified gain and efficiency, on its first step.
+    gain: Option<f64>,
+    efficiency: Option<f64>,
+    /// A rejected block's first step that trained as a full step after all.
+    ran_full: bool,
+    /// A full step that selected its examples: how many.
+    selection: Option<SelectionCount>,
+}
+
+impl<B, M, O, T> HybridTrainer<B, M, O, T>
+where
+    B: AutodiffBackend + MemoryProbe,
+    M: HybridModel<B, T>,
+    O: Optimizer<M, B>,
+    T: HybridBatch<B>,
+{
+    /// Runs one step of the current phase on one batch and returns its record; with
+    /// [`accumulation_steps`](super::ExecutionConfig::accumulation_steps) above 1 use
+    /// [`step_accumulated`](Self::step_accumulated).
+    ///
+    /// On [`TrainerError::NonFiniteLoss`] nothing changed: not the model, not the
+    /// optimizer, not the schedule; the caller may skip the batch or stop. A rejected
+    /// predicted step is not an error: its record says `rolled_back`. An error writing the
+    /// metrics line is returned after the step has been applied.
+    pub fn step(&mut self, batch: T) -> Result<StepReport, TrainerError> {
+        self.step_accumulated([batch])
+    }
+
+    /// Runs one step of the current phase over
+    /// [`accumulation_steps`](super::ExecutionConfig::accumulation_steps) micro-batches: one
+    /// optimizer update (or one predicted update) for all of them. Errors as
+    /// [`step`](Self::step), and with [`TrainerError::MicroBatches`] (nothing run) when
+    /// the count is wrong.
+    ///
+    /// The micro-batches are taken one at a time: give a lazy iterator (say, one that
+    /// moves host batches to the device in `map`) and only one is on the device at once.
+    pub fn step_accumulated<I>(&mut self, micro_batches: I) -> Result<StepReport, TrainerError>
+    where
+        I: IntoIterator<Item = T>,
+        I::IntoIter: ExactSizeIterator,
+    {
+        let micro_batches = micro_batches.into_iter();
+        if micro_batches.len() != self.execution.accumulation_steps {
+            return Err(TrainerError::MicroBatches {
+                expected: self.execution.accumulation_steps,
+                got: micro_batches.len(),
+            });
+        }
+        if self.state.schedule.current() == Phase::Predict && !self.predictor.is_ready() {
+            // Unreachable through the gate, which needs a ready predictor; a hand-edited
+            // checkpoint could get here. Fall back to full steps.
+            self.state.schedule.rollback(&self.state.config);
+        }
+        // An output is the step's own: a failed or predicted step leaves none behind.
+        self.output = None;
+        let phase = self.state.schedule.current();
+        let span = tracing::info_span!(
+            "step",
+            step = self.state.step,
+            phase = %phase,
+            loss = tracing::field::Empty,
+            rolled_back = tracing::field::Empty
+        );
+        let _entered = span.enter();
+
+        let mut items = 0;
+        let micro_batches = micro_batches.inspect(|batch| items += batch.items());
+        let started = Instant::now();
+        let outcome = match phase {
+            Phase::Predict => self.predict_step(micro_batches),
+            _ => self.full_step(phase, micro_batches),
+        };
+        // A step that failed changed nothing, and leaves no output either.
+        let outcome = outcome.inspect_err(|_| self.output = None)?;
+        // A rejected block's step trained as a full step: its record says so.
+        let phase = if outcome.ran_full { Phase::Full } else { phase };
+        // A step that left its loss on the device does not wait for the device either:
+        // its time is what the host spent queueing, and the reading step pays the rest.
+        let synced = outcome.loss.is_some();
+        if synced {
+            if let Err(err) = <B as Backend>::sync(&self.device) {
+                tracing::warn!(%err, "device sync after the step failed");
+            }
+        }
+        let seconds = started.elapsed().as_secs_f64();
+        let items = items * self.replica.map_or(1, |replica| replica.replicas());
+
+        if !outcome.rolled_back {
+            // No block while the predictor is empty or the learning rate still warms up. With
+            // prediction off the predictor may be empty: the gate is closed anyway, and its
+            // full steps count towards the re-probe (by which the predictor is refilled).
+            let warm = self.state.optimizer_step >= self.state.lr.warmup_steps();
+            let off = self.state.confidence < self.state.config.min_confidence;
+            let gate = if warm && (self.predictor.is_ready() || off) { self.state.confidence } else { f64::NAN };
+            self.state.schedule.advance(&self.state.config, gate);
+        }
+        if self.execution.trims_after(self.state.step, phase, self.state.schedule.current()) {
+            self.trim();
+        }
+        let memory = if synced { B::memory_sample(&self.device) } else { None };
+        let host_memory = if synced && memory.is_none() { crate::memory::process_memory() } else { None };
+
+        let record = StepReport {
+            step: self.state.step,
+            optimizer_step: outcome.optimizer_step,
+            phase,
+            loss: outcome.loss,
+            lr: outcome.lr,
+            seconds,
+            items,
+            items_per_second: if seconds > 0.0 { items as f64 / seconds } else { 0.0 },
+            memory,
+            host_memory,
+            predicted: phase == Phase::Predict,
+            rolled_back: outcome.rolled_back,
+            scale: self.state.scale,
+            confidence: self.state.confidence,
+            horizon: self.state.schedule.horizon(),
+            cosine: outcome.alignment.map(|a| a.cosine),
+            norm_ratio: outcome.alignment.map(|a| a.norm_ratio),
+            loss_scale: outcome.loss_scale,
+            overflow: outcome.overflow,
+            gain: outcome.gain,
+            efficiency: outcome.efficiency,
+            selection: outcome.selection,
+        };
+        self.state.step += 1;
+        self.state.statistics.observe(&record);
+        if let Some(loss) = record.loss {
+            span.record("loss", loss);
+        }
+        span.record("rolled_back", record.rolled_back);
+        tracing::debug!(
+            loss = record.loss,
+            lr = record.lr,
+            seconds = record.seconds,
+            bytes_in_use = record.memory.map(|m| m.bytes_in_use),
+            "step done"
+        );
+        if let Some(metrics) = self.metrics.as_mut() {
+            metrics.write(&record)?;
+        }
+        Ok(record)
+    }
+
+    /// Asks the device pool to release what it keeps unused, and counts what it gave back.
+    fn trim(&mut self) {
+        let report = crate::memory::trim::<B>(&self.device);
+        self.state.statistics.trims += 1;
+        self.state.statistics.trimmed_bytes += report.released_bytes().unwrap_or(0);
+        tracing::debug!(step = self.state.step, released = report.released_bytes(), "pool trimmed");
+    }
+
+    /// Reads back the full-step losses still on the device and feeds their mean to the
+    /// guard's running loss. Returns the mean, `None` when there were none.
+    fn read_losses(&mut self) -> Option<f64> {
+        let (mean, _) = self.losses.read()?;
+        self.state.guard.observe_full(mean);
+        Some(mean)
+    }
+
+    /// Whether the full step just queued must read its loss back now.
+    fn loss_due(&self) -> bool {
+        self.losses.steps() >= self.execution.loss_every
+            || (!self.state.config.is_all_full() && self.state.schedule.is_last_of_phase())
+    }
+}

@@ -1,0 +1,180 @@
+//! A predict step: a block's first step jumps by the predicted displacement and verifies
+//! the jump forward only, before and after, on the probe set; the block's other steps run
+//! nothing. Also the probe itself, which the weight average's verification shares.
+
+use burn::module::Module;
+use burn::optim::Optimizer;
+use burn::tensor::backend::AutodiffBackend;
+use burn::tensor::{ElementConversion, FloatDType};
+use burn::train::InferenceStep;
+
+use super::StepOutcome;
+use crate::memory::MemoryProbe;
+use crate::trainer::error::TrainerError;
+use crate::trainer::hybrid::HybridTrainer;
+use crate::trainer::params;
+use crate::trainer::precision::mixed::CastParams;
+use crate::trainer::predict::calibration::{confidence_after, evidence, jump_scale, scale_after};
+use crate::trainer::predict::guard::RollbackReason;
+use crate::trainer::predict::phase::Phase;
+use crate::trainer::predict::snapshot::Snapshot;
+use crate::trainer::step::{HybridBatch, HybridModel, StepLoss};
+
+impl<B, M, O, T> HybridTrainer<B, M, O, T>
+where
+    B: AutodiffBackend + MemoryProbe,
+    M: HybridModel<B, T>,
+    O: Optimizer<M, B>,
+    T: HybridBatch<B>,
+{
+    /// A predict step. The block's first step applies the whole block's predicted
+    /// displacement at once, `scale · Σ lr · m` over its `h` steps, and verifies it: the
+    /// same micro-batches, in eval mode on the inner model, before and after the jump. The
+    /// guard keeps the jump only if it gained enough (see [`LossGuard::judge_block`]);
+    /// otherwise the block's starting weights are restored exactly and the step trains on
+    /// its micro-batches as a full step, so a rejected block costs its two probe forwards
+    /// and no progress. A kept block's other steps run nothing: the data and the
+    /// learning-rate position move on.
+    pub(super) fn predict_step(
+        &mut self,
+        micro_batches: impl ExactSizeIterator<Item = T>,
+    ) -> Result<StepOutcome, TrainerError> {
+        let optimizer_step = self.state.optimizer_step;
+        let lr = self.state.lr.at(optimizer_step);
+        let coasting = StepOutcome {
+            loss: None,
+            lr,
+            optimizer_step,
+            rolled_back: false,
+            alignment: None,
+            loss_scale: None,
+            overflow: false,
+            gain: None,
+            efficiency: None,
+            ran_full: false,
+            selection: None,
+        };
+        if !self.state.schedule.is_first_of_phase() {
+            micro_batches.for_each(drop);
+            self.state.optimizer_step += 1;
+            return Ok(coasting);
+        }
+        // The running loss includes every full step (normally read already, as the last
+        // step of its phase).
+        self.read_losses();
+        let steps = self.state.schedule.steps_left();
+        let rates: f64 = (0..steps).map(|j| self.state.lr.at(optimizer_step + j)).sum();
+        // Trained on if the block is rejected (and the run's probe set if none is held).
+        let batches: Vec<T> = micro_batches.collect();
+
+        if self.probe_set.is_none() {
+            // A new probe set: readings on another one do not pair with it.
+            self.state.guard.probe.reset();
+        }
+        let probe_set = self.probe_set.get_or_insert_with(|| batches.clone()).clone();
+
+        let model = self.model.take().ok_or(TrainerError::ModelLost)?;
+        let snapshot = Snapshot::take(&model.valid(), self.state.config.snapshot);
+        self.state.statistics.snapshot_bytes = self.state.statistics.snapshot_bytes.max(snapshot.bytes());
+        let before = match self.probe(&model, &probe_set) {
+            Ok(loss) => loss,
+            Err(err) => {
+                self.model = Some(model);
+                return Err(err);
+            }
+        };
+        if !before.is_finite() && !self.probe_set_given {
+            // A probe set the model cannot score would reject every block: take the next
+            // block's instead.
+            self.probe_set = None;
+        }
+        self.state.guard.probe.read_start(before);
+        self.state.scale = jump_scale(self.state.scale, self.state.schedule.is_reprobe(), &self.state.config);
+        let prediction = self.predictor.predict(rates);
+        let model = params::apply_update::<B, M>(model, &prediction, self.state.scale);
+        drop(prediction);
+        let after = self.probe(&model, &probe_set);
+        drop(probe_set);
+        let after = match after {
+            Ok(loss) => loss,
+            Err(err) => {
+                self.model = Some(snapshot.restore::<B, M>(model));
+                return Err(err);
+            }
+        };
+
+        let verdict = self.state.guard.judge_block(before, after, steps);
+        // Where the verdict leaves the weights: the jump, or the block's start restored.
+        self.state.guard.probe.mark(if verdict.keep { after } else { before });
+        // A block with no pace to be judged against says nothing for or against prediction.
+        let unpaired = matches!(verdict.reason, Some(RollbackReason::Unpaired { .. }));
+        if !unpaired {
+            self.state.confidence = confidence_after(self.state.confidence, &verdict, self.state.schedule.is_reprobe());
+            self.state.scale = scale_after(self.state.scale, &verdict, &self.state.config);
+        }
+        let gain = verdict.gain.is_finite().then_some(verdict.gain);
+        if verdict.keep {
+            drop((snapshot, batches));
+            self.model = Some(model);
+            self.observe_average();
+            self.state.optimizer_step += 1;
+            self.state.schedule.calibrate(&self.state.config, evidence(&verdict));
+            self.state.awaiting_calibration = true;
+            tracing::debug!(
+                step = self.state.step,
+                before,
+                after,
+                steps,
+                efficiency = verdict.efficiency,
+                "predict block kept"
+            );
+            return Ok(StepOutcome { loss: Some(after), gain, efficiency: verdict.efficiency, ..coasting });
+        }
+        let reason = verdict.reason.unwrap_or(RollbackReason::NonFinite(after));
+        if unpaired {
+            self.state.schedule.postpone(&self.state.config);
+            tracing::info!(
+                step = self.state.step,
+                %reason,
+                "first block on this probe set: nothing to judge it against yet; the step trains as a full step"
+            );
+        } else {
+            self.state.schedule.rollback(&self.state.config);
+            tracing::warn!(
+                step = self.state.step,
+                %reason,
+                confidence = self.state.confidence,
+                scale = self.state.scale,
+                "predicted block rolled back; the step trains as a full step"
+            );
+        }
+        self.model = Some(snapshot.restore::<B, M>(model));
+        let full = self.full_step(Phase::Full, batches.into_iter())?;
+        Ok(StepOutcome { rolled_back: true, gain, efficiency: verdict.efficiency, ran_full: true, ..full })
+    }
+
+    /// The mean loss of `batches` on the inner model, in the compute precision; in a
+    /// data-parallel run, the mean of every replica's.
+    pub(in crate::trainer) fn probe(&self, model: &M, batches: &[T]) -> Result<f64, TrainerError> {
+        let mixed = self.forward_loss.is_some();
+        let dtype = self.precision.precision.dtype();
+        let inner = if mixed { model.valid().map(&mut CastParams(dtype)) } else { model.valid() };
+        let mut loss_sum = None;
+        for batch in batches {
+            let batch = if mixed { batch.clone().cast_floats(dtype) } else { batch.clone() };
+            let output = <M::InnerModule as InferenceStep>::step(&inner, batch.into_inner());
+            let loss = StepLoss::<B::InnerBackend>::loss(&output).cast(FloatDType::F32);
+            drop(output);
+            loss_sum = Some(match loss_sum {
+                Some(sum) => sum + loss,
+                None => loss,
+            });
+        }
+        let mean = loss_sum.map(|sum| sum.div_scalar(batches.len() as f64));
+        let mean = match (self.replica, mean) {
+            (Some(replica), Some(mean)) => Some(replica.mean(mean)?),
+            (_, mean) => mean,
+        };
+        Ok(mean.map_or(f64::NAN, |mean| mean.into_scalar().elem::<f64>()))
+    }
+}
