@@ -26,7 +26,8 @@
 #   lean-bf16  leanburn bf16 compute, f32 master weights
 #   torch-f32, torch-tf32, torch-bf16 (autocast)
 # Both sides pad the vocabulary to 50,304 (leanburn's GPU default, PyTorch --pad-vocab 64);
-# leanburn computes the loss in 256-token chunks (its default there), PyTorch over the full
+# leanburn computes the loss in chunks sized from the device (1,024 tokens at this shape on an
+# 80 GB GPU; `--loss-chunk 256` was the fixed default before), PyTorch over the full
 # logits. The table at the end gives tokens/s and nvidia-smi's peak for each.
 # Each case runs under `timeout SECONDS`, with nvidia-smi sampling the GPU's used memory
 # every 200 ms (the driver's view: both programs' CUDA context, pool and cache included).

@@ -91,8 +91,9 @@ struct Args {
     /// Compute the loss this many tokens at a time, never building the full
     /// `tokens × vocab` logits (see `docs/gpt2.md`); 0 builds them. Default on the CPU
     /// backend: 512 tokens where a step has at least 512 (faster there too:
-    /// docs/benchmarks.md); elsewhere 128 on the CPU and 256 on GPUs, wherever the memory
-    /// estimate is smaller with the chunk than without; otherwise off.
+    /// docs/benchmarks.md), else 128 where the memory estimate is smaller with the chunk;
+    /// 256 on software adapters where it is smaller; on GPUs the largest chunk whose
+    /// buffers fit 1 GiB and a quarter of the memory the run leaves free.
     #[arg(long)]
     loss_chunk: Option<u64>,
     /// `lean`: leanburn's attention, which keeps no `seq × seq` scores for the backward
@@ -177,7 +178,7 @@ fn run(args: Args, matches: &ArgMatches) -> Result<(), Failure> {
         return Err(bad_input(format!("--lr must be a positive number, got {lr}")));
     }
     let chosen = args.select.config(steps, args.run.seed)?;
-    let loss_chunk = memory::loss_chunk(args.loss_chunk, selection.kind(), &config, batch, seq);
+    let loss_chunk = memory::loss_chunk(&args, &selection, gpu, &config, batch, seq);
 
     leanburn::backend::set_attention_workspace((args.attention_workspace as usize) << 20);
     memory::check_memory(&args, &selection, &config, &preset, batch, seq, loss_chunk)?;

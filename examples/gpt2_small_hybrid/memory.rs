@@ -2,46 +2,36 @@
 //! printed at start, and the refusal of a run that cannot fit.
 
 use leanburn::memory::format_bytes;
-use leanburn::model::{Gpt2Config, Gpt2MemoryEstimate, Gpt2PoolReserve, PoolPages};
+use leanburn::model::{
+    default_loss_chunk, Gpt2Config, Gpt2MemoryEstimate, Gpt2PoolReserve, LossChunkDevice, PoolPages,
+};
 use leanburn::select::{device_memory, largest_pool_page, BackendKind, Selection};
 
 use super::Args;
 use crate::common::{bad_input, Failure};
 
-/// Tokens per loss chunk on the CPU backend when `--loss-chunk` is not given and a step
-/// has at least this many: on 2 cores at gpt2-mini and gpt2-tiny 8 × 64 the fused loss in
-/// one chunk of 512 ran 1.2× the tokens/s of chunks of 128 (the LM head's matmuls run
-/// faster with more rows) and 1.6× the full logits', at 0.4 of PyTorch's resident memory
-/// (docs/benchmarks.md, "The main job on the CPU").
-const CPU_LOSS_CHUNK: usize = 512;
-
-/// Tokens per loss chunk on the CPU backend for steps of fewer tokens than
-/// [`CPU_LOSS_CHUNK`], where the memory estimate says it saves.
-const CPU_SMALL_LOSS_CHUNK: usize = 128;
-
-/// Tokens per loss chunk elsewhere: one chunk's logits are 49 MiB at GPT-2's padded
-/// vocabulary, which llvmpipe's pool can allocate (the 196 MiB buffer of gpt2-mini's full
-/// logits at 8 × 64 it cannot: the main job on llvmpipe failed so), and at gpt2-small
-/// 8 × 1024 the loss keeps 0.3 GiB instead of 4.6 GiB (estimated).
-const GPU_LOSS_CHUNK: usize = 256;
-
-/// `--loss-chunk` as given (0: the full logits), else the default for the backend: see the
-/// constants above.
+/// `--loss-chunk` as given (0: the full logits), else the default for the device
+/// (`leanburn::model::default_loss_chunk`: measured defaults on the CPU and llvmpipe; on a
+/// GPU the largest chunk that fits a budget and what the device has left).
 pub fn loss_chunk(
-    asked: Option<u64>,
-    kind: BackendKind,
+    args: &Args,
+    selection: &Selection,
+    gpu: bool,
     config: &Gpt2Config,
     batch: usize,
     seq: usize,
 ) -> Option<usize> {
-    match asked {
+    let device = match selection.kind() {
+        BackendKind::Cpu => LossChunkDevice::Cpu,
+        _ if gpu => {
+            LossChunkDevice::Gpu { capacity: device_memory(selection), largest_page: largest_pool_page(selection) }
+        }
+        _ => LossChunkDevice::Software,
+    };
+    match args.loss_chunk {
         Some(0) => None,
         Some(chunk) => Some(chunk as usize),
-        None => match kind {
-            BackendKind::Cpu if batch * seq >= CPU_LOSS_CHUNK => Some(CPU_LOSS_CHUNK),
-            BackendKind::Cpu => Gpt2MemoryEstimate::loss_chunk_that_saves(config, batch, seq, 4, CPU_SMALL_LOSS_CHUNK),
-            _ => Gpt2MemoryEstimate::loss_chunk_that_saves(config, batch, seq, 4, GPU_LOSS_CHUNK),
-        },
+        None => default_loss_chunk(config, batch, seq, 4, args.attention, device),
     }
 }
 
