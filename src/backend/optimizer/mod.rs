@@ -1,17 +1,19 @@
 //! AdamW's per-parameter update as one op: on the CubeCL backends (CUDA, wgpu; fused or
 //! not) one kernel per parameter tensor (`leanburn-kernels`' `adamw`), where Burn's AdamW
-//! launches a dozen element-wise ops and the clipping's scale one more; elsewhere, and for
-//! element types the kernel is not compiled for, the same arithmetic composed of Burn
-//! tensor ops ([`composed`]).
+//! launches a dozen element-wise ops and the clipping's scale one more; on the CPU backend
+//! (`Flex`) one pass over the host buffers (`flex.rs`); elsewhere, and for element types
+//! the kernel is not compiled for, the same arithmetic composed of Burn tensor ops
+//! ([`composed`]).
 //!
 //! The numerics are `burn-optim`'s `AdamW` (decoupled weight decay; bias-corrected moments;
 //! ε added to the corrected second moment's square root), the gradient first multiplied by
 //! the clipping factor when one is given. `optim::FusedAdamW` is the optimizer built on it.
 
 mod cube;
+mod flex;
 mod fused;
 
-use burn::backend::{Flex, NdArray};
+use burn::backend::NdArray;
 use burn::tensor::{Tensor, TensorPrimitive};
 use burn_backend::tensor::FloatTensor;
 use burn_backend::{Backend, TensorMetadata};
@@ -74,8 +76,6 @@ pub trait OptimizerOps: Backend {
         composed_clip_factor::<Self>(grads, max_norm)
     }
 }
-
-impl OptimizerOps for Flex {}
 
 impl OptimizerOps for NdArray {}
 
