@@ -162,13 +162,15 @@ mod tests {
             let inputs = || {
                 (primitive(&param), primitive(&grad), moments.each_ref().map(primitive), scale.as_ref().map(primitive))
             };
+            let snapshot = || [&param, &moments[0], &moments[1]].map(|t| t.to_data().to_vec::<f32>().unwrap());
+            let before = snapshot();
             let (p, g, m, s) = inputs();
             let fast = <Flex as OptimizerOps>::adamw_step(p, g, m, s, &step).map(values);
+            // The inputs were shared (the test holds them): copied, not written.
+            assert_eq!(snapshot(), before, "len {len}: a shared input was written");
             let (p, g, m, s) = inputs();
             let reference = composed::<Flex>(p, g, m, s, &step).map(values);
             assert_eq!(fast, reference, "len {len}, scale {scale:?}, weight decay {weight_decay}");
-            // The inputs were shared (the test holds them): copied, not written.
-            assert_eq!(values(primitive(&param)), param.to_data().to_vec::<f32>().unwrap());
         }
     }
 
