@@ -150,10 +150,9 @@ impl RunDir {
         O: Optimizer<M, B>,
         T: HybridBatch<B>,
     {
-        let checkpoints = self.checkpoints_path();
-        let resume_from = self.resumed.then_some(checkpoints.as_path());
-        let trainer =
-            HybridTrainer::start(model, optimizer, config, lr, device, resume_from).map_err(RunError::Start)?;
+        let resume_from = self.resume_from();
+        let trainer = HybridTrainer::start(model, optimizer, config, lr, device, resume_from.as_deref())
+            .map_err(RunError::Start)?;
         let trainer = if self.resumed {
             self.cut_history_at(trainer.steps_taken())?;
             trainer.with_metrics_appended(self.metrics_path())
@@ -186,11 +185,16 @@ impl RunDir {
         let trainer = if replica.is_leader() {
             self.start_trainer(model, optimizer, config, lr, device)?
         } else {
-            let checkpoints = self.checkpoints_path();
-            let resume_from = self.resumed.then_some(checkpoints.as_path());
-            HybridTrainer::start(model, optimizer, config, lr, device, resume_from).map_err(RunError::Start)?
+            let resume_from = self.resume_from();
+            HybridTrainer::start(model, optimizer, config, lr, device, resume_from.as_deref())
+                .map_err(RunError::Start)?
         };
         trainer.with_replica(replica).map_err(RunError::Start)
+    }
+
+    /// Where a resumed run's trainer resumes from: its checkpoints; `None` for a new run.
+    fn resume_from(&self) -> Option<PathBuf> {
+        self.resumed.then(|| self.checkpoints_path())
     }
 
     /// Records the corpus of a new run; checks a resumed run's against its record,
