@@ -73,6 +73,7 @@ mod conv;
 mod custom_op;
 mod gelu;
 mod layer_norm;
+mod lm_head_loss;
 mod ops;
 mod optimizer;
 
@@ -83,6 +84,8 @@ pub use budget::{ConvBudget, InvalidBudget};
 pub use conv::{conv2d_plan, conv_transpose2d_plan, ChunkedConv, ConvPlan};
 pub use gelu::{exact_gelu, gelu_derivative, GeluOps};
 pub use layer_norm::{layer_norm, LayerNormOps};
+pub use lm_head_loss::LmHeadLossOps;
+pub(crate) use lm_head_loss::{lm_head_loss_grads, lm_head_token_losses};
 pub use optimizer::{AdamWStep, OptimizerOps};
 
 /// A backend that forwards every op to `B`: the base leanburn replaces ops on.
@@ -199,9 +202,9 @@ impl<B: MemoryProbe + ChunkedConv> MemoryProbe for Lean<B> {
 }
 
 /// What leanburn's transformer models need of a backend beyond Burn's ops: attention whose
-/// backward keeps no scores, GELU with its exact derivative, and LayerNorm whose backward
-/// is one op. Every backend leanburn runs (Flex, ndarray, CubeCL, Fusion, `Lean`) and
-/// `Autodiff` over them has all three.
-pub trait TransformerOps: AttentionOps + GeluOps + LayerNormOps {}
+/// backward keeps no scores, GELU with its exact derivative, LayerNorm whose backward is
+/// one op, and the LM head's loss with its gradients chunk by chunk. Every backend leanburn
+/// runs (Flex, ndarray, CubeCL, Fusion, `Lean`) and `Autodiff` over them has all four.
+pub trait TransformerOps: AttentionOps + GeluOps + LayerNormOps + LmHeadLossOps {}
 
-impl<B: AttentionOps + GeluOps + LayerNormOps> TransformerOps for B {}
+impl<B: AttentionOps + GeluOps + LayerNormOps + LmHeadLossOps> TransformerOps for B {}

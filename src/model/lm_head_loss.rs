@@ -11,17 +11,17 @@
 //!   returns a loss whose backward pass only hands those gradients on. What the graph keeps
 //!   is `tokens × d + vocab × d` floats, not `tokens × vocab`.
 //!
-//! For a chunk of logits `z = h·Wᵀ` with targets `t`, the mean cross-entropy over `n`
-//! tokens has `∂L/∂z = (softmax(z) − onehot(t)) / n`, so `∂L/∂h = (∂L/∂z)·W` and
-//! `∂L/∂W = (∂L/∂z)ᵀ·h`. The returned loss is `Σ h⊙Gₕ + Σ W⊙G_W + c`, with `Gₕ`, `G_W`
+//! The losses and gradients are the backend's [`LmHeadLossOps`] (composed of Burn ops, or
+//! one pass per row of logits on the CPU); see its docs for the arithmetic. The loss
+//! [`fused_lm_head_loss`] returns is `Σ h⊙Gₕ + Σ W⊙G_W + c`, with the gradients `Gₕ`, `G_W`
 //! and `c` constants (no graph): its gradients are exactly `Gₕ` and `G_W`, and `c` makes
 //! its value the cross-entropy.
 
 use burn::prelude::*;
 use burn::tensor::backend::AutodiffBackend;
-use burn::tensor::{FloatDType, IndexingUpdateOp};
 
 use super::loss_precision::logits_in_f32;
+use crate::backend::{lm_head_loss_grads, lm_head_token_losses, LmHeadLossOps};
 
 /// Mean cross-entropy of `hidden · weightᵀ` (`[tokens, d] · [d, vocab]`) against `targets`
 /// (`[tokens]`), with at most `chunk` rows of logits alive at once. Differentiable on any
@@ -30,7 +30,7 @@ use super::loss_precision::logits_in_f32;
 ///
 /// # Panics
 /// If `chunk` is 0.
-pub fn chunked_lm_head_loss<B: Backend>(
+pub fn chunked_lm_head_loss<B: LmHeadLossOps>(
     hidden: Tensor<B, 2>,
     weight: Tensor<B, 2>,
     targets: Tensor<B, 1, Int>,
@@ -46,44 +46,16 @@ pub fn chunked_lm_head_loss<B: Backend>(
 ///
 /// # Panics
 /// If `chunk` is 0.
-pub fn fused_lm_head_loss<B: AutodiffBackend>(
+pub fn fused_lm_head_loss<B: AutodiffBackend + LmHeadLossOps>(
     hidden: Tensor<B, 2>,
     weight: Tensor<B, 2>,
     targets: Tensor<B, 1, Int>,
     chunk: usize,
 ) -> Tensor<B, 1> {
-    assert!(chunk > 0, "loss chunk must be at least 1 token");
-    let tokens = hidden.dims()[0];
-    let (h, w, targets) = (hidden.clone().inner(), weight.clone().inner(), targets.inner());
-    let w_t = w.clone().transpose();
-    let scale = 1.0 / tokens as f64;
-    // The loss is computed in f32; the gradients go back in the model's precision.
-    let compute = FloatDType::from(h.dtype());
-
-    let mut loss = Tensor::<B::InnerBackend, 1>::zeros([1], &h.device());
-    let mut grad_weight = w.zeros_like();
-    let mut grad_hidden = Vec::new();
-    for (start, len) in chunks(tokens, chunk) {
-        let h_chunk = h.clone().narrow(0, start, len);
-        let t_chunk = targets.clone().narrow(0, start, len).reshape([len, 1]);
-        let logits = logits_in_f32(h_chunk.clone().matmul(w_t.clone()));
-        let softmax = ChunkSoftmax::new(logits, t_chunk.clone());
-        loss = loss + softmax.nll;
-        // (softmax − onehot) / n, built in place of the chunk's exponentials.
-        let row_scale = softmax.row_sums.recip().mul_scalar(scale);
-        let minus_scale = Tensor::full([len, 1], -scale, &h.device());
-        let grad_logits =
-            (softmax.exp * row_scale).scatter(1, t_chunk, minus_scale, IndexingUpdateOp::Add).cast(compute);
-        grad_hidden.push(grad_logits.clone().matmul(w.clone()));
-        grad_weight = grad_weight + grad_logits.transpose().matmul(h_chunk);
-    }
-    let loss = loss.mul_scalar(scale);
-    let grad_hidden = Tensor::cat(grad_hidden, 0);
-
+    let (loss, grad_hidden, grad_weight) = lm_head_loss_grads(hidden.clone(), weight.clone(), targets, chunk);
     // In f32 like the loss; in a half-precision model each sum is cast once.
-    let surrogate = logits_in_f32((hidden * Tensor::from_inner(grad_hidden)).sum())
-        + logits_in_f32((weight * Tensor::from_inner(grad_weight)).sum());
-    let offset = loss - surrogate.clone().inner();
+    let surrogate = logits_in_f32((hidden * grad_hidden).sum()) + logits_in_f32((weight * grad_weight).sum());
+    let offset = loss.inner() - surrogate.clone().inner();
     surrogate + Tensor::from_inner(offset)
 }
 
@@ -93,55 +65,13 @@ pub fn fused_lm_head_loss<B: AutodiffBackend>(
 ///
 /// # Panics
 /// If `chunk` is 0.
-pub fn chunked_lm_head_token_losses<B: Backend>(
+pub fn chunked_lm_head_token_losses<B: LmHeadLossOps>(
     hidden: Tensor<B, 2>,
     weight: Tensor<B, 2>,
     targets: Tensor<B, 1, Int>,
     chunk: usize,
 ) -> Tensor<B, 1> {
-    assert!(chunk > 0, "loss chunk must be at least 1 token");
-    let tokens = hidden.dims()[0];
-    let weight_t = weight.transpose();
-    let losses = chunks(tokens, chunk)
-        .map(|(start, len)| {
-            let logits = hidden.clone().narrow(0, start, len).matmul(weight_t.clone());
-            let targets = targets.clone().narrow(0, start, len).reshape([len, 1]);
-            ChunkSoftmax::new(logits_in_f32(logits), targets).row_nll
-        })
-        .collect();
-    Tensor::cat(losses, 0).reshape([tokens])
-}
-
-/// `(start, len)` of consecutive chunks covering `0..tokens`.
-fn chunks(tokens: usize, chunk: usize) -> impl Iterator<Item = (usize, usize)> {
-    (0..tokens).step_by(chunk).map(move |start| (start, chunk.min(tokens - start)))
-}
-
-/// The softmax of one chunk of logits, taken apart: one exponential per logit serves both
-/// the loss and its gradient (`softmax = exp / row_sums`), where a log-softmax followed by
-/// `exp` would take two, and each is a pass over `n × vocab` floats.
-struct ChunkSoftmax<B: Backend> {
-    /// Each row's negative log-likelihood of its target, `log(row_sum) − (z_t − max)`, `[n, 1]`.
-    row_nll: Tensor<B, 2>,
-    /// Their sum, `[1]`.
-    nll: Tensor<B, 1>,
-    /// `exp(z − rowmax(z))`, `[n, vocab]`.
-    exp: Tensor<B, 2>,
-    /// Its row sums, `[n, 1]`.
-    row_sums: Tensor<B, 2>,
-}
-
-impl<B: Backend> ChunkSoftmax<B> {
-    /// `logits` `[n, vocab]`, `targets` `[n, 1]`.
-    fn new(logits: Tensor<B, 2>, targets: Tensor<B, 2, Int>) -> Self {
-        let shifted = logits.clone() - logits.max_dim(1);
-        let picked = shifted.clone().gather(1, targets);
-        let exp = shifted.exp();
-        let row_sums = exp.clone().sum_dim(1);
-        let row_nll = row_sums.clone().log() - picked;
-        let nll = row_nll.clone().sum();
-        Self { row_nll, nll, exp, row_sums }
-    }
+    lm_head_token_losses(hidden, weight, targets, chunk)
 }
 
 #[cfg(test)]

@@ -1,0 +1,253 @@
+//! Cross-entropy through a language-model head with its gradients, chunk by chunk, as one
+//! backend op.
+//!
+//! For logits `z = h·Wᵀ` (`h` `[tokens, d]`, `W` `[vocab, d]`) against targets `t`, the
+//! mean cross-entropy over `n` tokens has `∂L/∂z = (softmax(z) − onehot(t)) / n`, so
+//! `∂L/∂h = (∂L/∂z)·W` and `∂L/∂W = (∂L/∂z)ᵀ·h`. [`LmHeadLossOps::lm_head_loss_grads`]
+//! computes the loss and both gradients walking the tokens `chunk` at a time, so that at
+//! most one chunk of logits is alive. `model::fused_lm_head_loss` builds the autodiff loss
+//! from them.
+//!
+//! The default composes Burn tensor ops (about eight passes over each `[chunk, vocab]`
+//! block of logits, each a new tensor). On the CPU backend (`Flex`, `flex.rs`) the logits
+//! go into one buffer, their softmax gradient is written over them row by row in one pass,
+//! and the two gradient GEMMs read it there, the weight's accumulating in place.
+
+mod flex;
+#[cfg(test)]
+mod tests;
+
+use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
+use burn::backend::{Autodiff, NdArray};
+use burn::prelude::*;
+use burn::tensor::backend::AutodiffBackend;
+use burn::tensor::{DType, FloatDType, IndexingUpdateOp, TensorPrimitive};
+use burn_backend::tensor::{FloatTensor, IntTensor};
+use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElement};
+use burn_fusion::{Fusion, FusionBackend};
+
+use super::conv::ChunkedConv;
+use super::Lean;
+
+/// A backend with the LM head's loss and gradients as one op; see the [module docs](self).
+pub trait LmHeadLossOps: Backend {
+    /// The mean cross-entropy of `hidden · weightᵀ` (`hidden` `[tokens, d]`, `weight`
+    /// `[vocab, d]`) against `targets` (`[tokens]`, ids below `vocab`), with at most `chunk`
+    /// tokens of logits alive at once: `[loss, grad_hidden, grad_weight]`, the loss `[1]` in
+    /// f32, the gradients of `hidden`'s and `weight`'s shapes in `hidden`'s type. Values,
+    /// not a graph: under `Autodiff` they are constants.
+    ///
+    /// # Panics
+    /// If `chunk` is 0.
+    fn lm_head_loss_grads(
+        hidden: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        targets: IntTensor<Self>,
+        chunk: usize,
+    ) -> [FloatTensor<Self>; 3] {
+        composed::<Self>(hidden, weight, targets, chunk)
+    }
+
+    /// Each token's cross-entropy of `hidden · weightᵀ` against `targets` (`[tokens]`, in
+    /// f32), `chunk` tokens of logits at a time: what forward-only passes (evaluation, the
+    /// predict phase, selection's scores) need. Differentiable where the backend is: on
+    /// `Autodiff` it is the composed default.
+    ///
+    /// # Panics
+    /// If `chunk` is 0.
+    fn lm_head_token_losses(
+        hidden: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        targets: IntTensor<Self>,
+        chunk: usize,
+    ) -> FloatTensor<Self> {
+        composed_token_losses::<Self>(hidden, weight, targets, chunk)
+    }
+}
+
+impl LmHeadLossOps for NdArray {}
+
+impl<B: FusionBackend> LmHeadLossOps for Fusion<B> {}
+
+impl<R, F, I, BT> LmHeadLossOps for CubeBackend<R, F, I, BT>
+where
+    R: CubeRuntime,
+    F: FloatElement,
+    I: IntElement,
+    BT: BoolElement,
+{
+}
+
+/// `B`'s op.
+impl<B: ChunkedConv + LmHeadLossOps> LmHeadLossOps for Lean<B> {
+    fn lm_head_loss_grads(
+        hidden: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        targets: IntTensor<Self>,
+        chunk: usize,
+    ) -> [FloatTensor<Self>; 3] {
+        B::lm_head_loss_grads(hidden, weight, targets, chunk)
+    }
+
+    fn lm_head_token_losses(
+        hidden: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        targets: IntTensor<Self>,
+        chunk: usize,
+    ) -> FloatTensor<Self> {
+        B::lm_head_token_losses(hidden, weight, targets, chunk)
+    }
+}
+
+/// The inner backend's op on the tensors' values; the results are untracked. The token
+/// losses stay the composed default, differentiable.
+impl<B: LmHeadLossOps, C: CheckpointStrategy> LmHeadLossOps for Autodiff<B, C> {
+    fn lm_head_loss_grads(
+        hidden: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        targets: IntTensor<Self>,
+        chunk: usize,
+    ) -> [FloatTensor<Self>; 3] {
+        B::lm_head_loss_grads(Self::inner(hidden), Self::inner(weight), Self::int_inner(targets), chunk)
+            .map(Self::from_inner)
+    }
+}
+
+/// [`LmHeadLossOps::lm_head_loss_grads`] composed of `B`'s tensor ops, the logits in f32.
+pub(crate) fn composed<B: Backend>(
+    hidden: FloatTensor<B>,
+    weight: FloatTensor<B>,
+    targets: IntTensor<B>,
+    chunk: usize,
+) -> [FloatTensor<B>; 3] {
+    assert!(chunk > 0, "loss chunk must be at least 1 token");
+    let h = Tensor::<B, 2>::from_primitive(TensorPrimitive::Float(hidden));
+    let w = Tensor::<B, 2>::from_primitive(TensorPrimitive::Float(weight));
+    let targets = Tensor::<B, 1, Int>::from_primitive(targets);
+    let tokens = h.dims()[0];
+    let w_t = w.clone().transpose();
+    let scale = 1.0 / tokens as f64;
+    let compute = FloatDType::from(h.dtype());
+
+    let mut loss = Tensor::<B, 1>::zeros([1], &h.device());
+    let mut grad_weight = w.zeros_like();
+    let mut grad_hidden = Vec::new();
+    for (start, len) in chunks(tokens, chunk) {
+        let h_chunk = h.clone().narrow(0, start, len);
+        let t_chunk = targets.clone().narrow(0, start, len).reshape([len, 1]);
+        let logits = in_f32(h_chunk.clone().matmul(w_t.clone()));
+        let softmax = ChunkSoftmax::new(logits, t_chunk.clone());
+        loss = loss + softmax.nll;
+        // (softmax − onehot) / n, built in place of the chunk's exponentials.
+        let row_scale = softmax.row_sums.recip().mul_scalar(scale);
+        let minus_scale = Tensor::full([len, 1], -scale, &h.device());
+        let grad_logits =
+            (softmax.exp * row_scale).scatter(1, t_chunk, minus_scale, IndexingUpdateOp::Add).cast(compute);
+        grad_hidden.push(grad_logits.clone().matmul(w.clone()));
+        grad_weight = grad_weight + grad_logits.transpose().matmul(h_chunk);
+    }
+    let loss = loss.mul_scalar(scale);
+    let gradients = [Tensor::cat(grad_hidden, 0), grad_weight].map(|tensor| tensor.into_primitive().tensor());
+    let [grad_hidden, grad_weight] = gradients;
+    [loss.into_primitive().tensor(), grad_hidden, grad_weight]
+}
+
+/// [`LmHeadLossOps::lm_head_token_losses`] composed of `B`'s tensor ops, the logits in f32.
+pub(crate) fn composed_token_losses<B: Backend>(
+    hidden: FloatTensor<B>,
+    weight: FloatTensor<B>,
+    targets: IntTensor<B>,
+    chunk: usize,
+) -> FloatTensor<B> {
+    assert!(chunk > 0, "loss chunk must be at least 1 token");
+    let hidden = Tensor::<B, 2>::from_primitive(TensorPrimitive::Float(hidden));
+    let weight_t = Tensor::<B, 2>::from_primitive(TensorPrimitive::Float(weight)).transpose();
+    let targets = Tensor::<B, 1, Int>::from_primitive(targets);
+    let tokens = hidden.dims()[0];
+    let losses = chunks(tokens, chunk)
+        .map(|(start, len)| {
+            let logits = hidden.clone().narrow(0, start, len).matmul(weight_t.clone());
+            let targets = targets.clone().narrow(0, start, len).reshape([len, 1]);
+            ChunkSoftmax::new(in_f32(logits), targets).row_nll
+        })
+        .collect();
+    Tensor::cat(losses, 0).reshape([tokens]).into_primitive().tensor()
+}
+
+/// [`LmHeadLossOps::lm_head_loss_grads`] on `Tensor`s: `(loss, grad_hidden, grad_weight)`.
+pub(crate) fn lm_head_loss_grads<B: LmHeadLossOps>(
+    hidden: Tensor<B, 2>,
+    weight: Tensor<B, 2>,
+    targets: Tensor<B, 1, Int>,
+    chunk: usize,
+) -> (Tensor<B, 1>, Tensor<B, 2>, Tensor<B, 2>) {
+    let [loss, grad_hidden, grad_weight] = B::lm_head_loss_grads(
+        hidden.into_primitive().tensor(),
+        weight.into_primitive().tensor(),
+        targets.into_primitive(),
+        chunk,
+    );
+    let float = |tensor| TensorPrimitive::Float(tensor);
+    (
+        Tensor::from_primitive(float(loss)),
+        Tensor::from_primitive(float(grad_hidden)),
+        Tensor::from_primitive(float(grad_weight)),
+    )
+}
+
+/// [`LmHeadLossOps::lm_head_token_losses`] on `Tensor`s.
+pub(crate) fn lm_head_token_losses<B: LmHeadLossOps>(
+    hidden: Tensor<B, 2>,
+    weight: Tensor<B, 2>,
+    targets: Tensor<B, 1, Int>,
+    chunk: usize,
+) -> Tensor<B, 1> {
+    let losses = B::lm_head_token_losses(
+        hidden.into_primitive().tensor(),
+        weight.into_primitive().tensor(),
+        targets.into_primitive(),
+        chunk,
+    );
+    Tensor::from_primitive(TensorPrimitive::Float(losses))
+}
+
+/// `tensor` in f32 (no cast when it already is): the loss's precision.
+fn in_f32<B: Backend, const D: usize>(tensor: Tensor<B, D>) -> Tensor<B, D> {
+    if tensor.dtype() == DType::F32 {
+        tensor
+    } else {
+        tensor.cast(FloatDType::F32)
+    }
+}
+
+/// `(start, len)` of consecutive chunks covering `0..tokens`.
+fn chunks(tokens: usize, chunk: usize) -> impl Iterator<Item = (usize, usize)> {
+    (0..tokens).step_by(chunk).map(move |start| (start, chunk.min(tokens - start)))
+}
+
+/// The softmax of one chunk of logits, taken apart: one exponential per logit serves both
+/// the loss and its gradient (`softmax = exp / row_sums`), where a log-softmax followed by
+/// `exp` would take two, and each is a pass over `n × vocab` floats.
+struct ChunkSoftmax<B: Backend> {
+    /// Each row's negative log-likelihood of its target, `log(row_sum) − (z_t − max)`, `[n, 1]`.
+    row_nll: Tensor<B, 2>,
+    /// Their sum, `[1]`.
+    nll: Tensor<B, 1>,
+    /// `exp(z − rowmax(z))`, `[n, vocab]`.
+    exp: Tensor<B, 2>,
+    /// Its row sums, `[n, 1]`.
+    row_sums: Tensor<B, 2>,
+}
+
+impl<B: Backend> ChunkSoftmax<B> {
+    /// `logits` `[n, vocab]`, `targets` `[n, 1]`.
+    fn new(logits: Tensor<B, 2>, targets: Tensor<B, 2, Int>) -> Self {
+        let shifted = logits.clone() - logits.max_dim(1);
+        let picked = shifted.clone().gather(1, targets);
+        let exp = shifted.exp();
+        let row_sums = exp.clone().sum_dim(1);
+        let row_nll = row_sums.clone().log() - picked;
+        let nll = row_nll.clone().sum();
+        Self { row_nll, nll, exp, row_sums }
+    }
+}

@@ -1,0 +1,196 @@
+//! The CPU backend's LM-head loss against the composed one, over random shapes.
+
+use burn::backend::Flex;
+use burn::prelude::*;
+use burn::tensor::{Distribution, TensorPrimitive};
+
+use super::flex::exp;
+use super::{composed, composed_token_losses, LmHeadLossOps};
+
+type Cpu = Flex;
+
+/// A small deterministic generator for shapes and ids.
+struct Lcg(u64);
+
+impl Lcg {
+    fn below(&mut self, bound: usize) -> usize {
+        self.0 = self.0.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+        ((self.0 >> 33) as usize) % bound
+    }
+}
+
+struct Case {
+    hidden: Tensor<Cpu, 2>,
+    weight: Tensor<Cpu, 2>,
+    targets: Tensor<Cpu, 1, Int>,
+}
+
+impl Case {
+    fn random(tokens: usize, d: usize, vocab: usize, logit_scale: f64, rng: &mut Lcg) -> Self {
+        let device = Default::default();
+        Cpu::seed(&device, rng.below(1 << 20) as u64);
+        let hidden = Tensor::random([tokens, d], Distribution::Normal(0.0, 1.0), &device);
+        let weight = Tensor::random([vocab, d], Distribution::Normal(0.0, logit_scale), &device);
+        // The first and last ids among them, where an off-by-one would show.
+        let ids: Vec<i64> = (0..tokens)
+            .map(|i| match i {
+                0 => 0,
+                1 => vocab as i64 - 1,
+                _ => rng.below(vocab) as i64,
+            })
+            .collect();
+        let targets = Tensor::from_data(TensorData::new(ids, [tokens]), &device);
+        Self { hidden, weight, targets }
+    }
+
+    /// `[loss, grad_hidden, grad_weight]` as host vectors, by the op or by the composition.
+    fn run(&self, chunk: usize, fast: bool) -> [Vec<f32>; 3] {
+        let (h, w, t) = (
+            self.hidden.clone().into_primitive().tensor(),
+            self.weight.clone().into_primitive().tensor(),
+            self.targets.clone().into_primitive(),
+        );
+        let outputs = if fast {
+            <Cpu as LmHeadLossOps>::lm_head_loss_grads(h, w, t, chunk)
+        } else {
+            composed::<Cpu>(h, w, t, chunk)
+        };
+        outputs.map(|tensor| {
+            let tensor = Tensor::<Cpu, 2>::from_primitive(TensorPrimitive::Float(tensor));
+            tensor.into_data().to_vec::<f32>().unwrap()
+        })
+    }
+}
+
+impl Case {
+    /// Each token's loss, by the op or by the composition.
+    fn token_losses(&self, chunk: usize, fast: bool) -> Vec<f32> {
+        let (h, w, t) = (
+            self.hidden.clone().into_primitive().tensor(),
+            self.weight.clone().into_primitive().tensor(),
+            self.targets.clone().into_primitive(),
+        );
+        let losses = if fast {
+            <Cpu as LmHeadLossOps>::lm_head_token_losses(h, w, t, chunk)
+        } else {
+            composed_token_losses::<Cpu>(h, w, t, chunk)
+        };
+        Tensor::<Cpu, 1>::from_primitive(TensorPrimitive::Float(losses)).into_data().to_vec::<f32>().unwrap()
+    }
+}
+
+/// The largest difference between `got` and `expected` relative to `expected`'s largest
+/// magnitude (the gradients' elements span many orders; their errors scale with the largest).
+fn relative_difference(got: &[f32], expected: &[f32]) -> f32 {
+    assert_eq!(got.len(), expected.len());
+    let largest = expected.iter().fold(0.0f32, |max, value| max.max(value.abs()));
+    let worst = got.iter().zip(expected).fold(0.0f32, |max, (a, b)| max.max((a - b).abs()));
+    worst / largest.max(f32::MIN_POSITIVE)
+}
+
+/// f32 tolerances: the loss within 1e-5 relative, each gradient within 1e-5 of its largest
+/// element (the parity test's budget is 1e-4 per gradient).
+const LOSS_TOLERANCE: f32 = 1e-5;
+const GRAD_TOLERANCE: f32 = 1e-5;
+
+fn mismatch(got: &[Vec<f32>; 3], expected: &[Vec<f32>; 3]) -> Option<String> {
+    let loss = (got[0][0] - expected[0][0]).abs() / expected[0][0].abs().max(1e-6);
+    let (grad_hidden, grad_weight) =
+        (relative_difference(&got[1], &expected[1]), relative_difference(&got[2], &expected[2]));
+    (loss > LOSS_TOLERANCE || grad_hidden > GRAD_TOLERANCE || grad_weight > GRAD_TOLERANCE)
+        .then(|| format!("loss {loss:.2e}, grad_hidden {grad_hidden:.2e}, grad_weight {grad_weight:.2e}"))
+}
+
+#[test]
+fn the_cpu_op_matches_the_composed_loss_and_gradients_over_random_shapes() {
+    let mut rng = Lcg(17);
+    for round in 0..40 {
+        let (tokens, d, vocab) = (1 + rng.below(40), 1 + rng.below(24), 2 + rng.below(400));
+        let chunk = 1 + rng.below(tokens + 4);
+        let case = Case::random(tokens, d, vocab, 0.5, &mut rng);
+        let (got, expected) = (case.run(chunk, true), case.run(chunk, false));
+        if let Some(why) = mismatch(&got, &expected) {
+            panic!("round {round}: {tokens} tokens, d {d}, vocab {vocab}, chunk {chunk}: {why}");
+        }
+    }
+}
+
+#[test]
+fn the_cpu_token_losses_match_the_composed_ones_over_random_shapes() {
+    let mut rng = Lcg(23);
+    for round in 0..30 {
+        let (tokens, d, vocab) = (1 + rng.below(40), 1 + rng.below(24), 2 + rng.below(400));
+        let chunk = 1 + rng.below(tokens + 4);
+        let case = Case::random(tokens, d, vocab, 0.5, &mut rng);
+        let (got, expected) = (case.token_losses(chunk, true), case.token_losses(chunk, false));
+        assert_eq!(got.len(), tokens);
+        for (token, (a, b)) in got.iter().zip(&expected).enumerate() {
+            let difference = (a - b).abs() / b.abs().max(1e-6);
+            assert!(difference <= LOSS_TOLERANCE, "round {round}, token {token}: {a} vs {b} ({difference:.2e})");
+        }
+        // Their mean is the loss the gradient op reports.
+        let mean = got.iter().map(|&loss| f64::from(loss)).sum::<f64>() / tokens as f64;
+        let loss = f64::from(case.run(chunk, true)[0][0]);
+        assert!((mean - loss).abs() <= 1e-5 * loss.abs(), "round {round}: mean {mean} vs loss {loss}");
+    }
+}
+
+#[test]
+fn the_comparison_tells_a_wrong_gradient() {
+    // Control for the test above: the same comparison rejects the gradients of other
+    // targets (every id shifted by one), and a loss scaled by 1 + 1e-4.
+    let mut rng = Lcg(5);
+    let case = Case::random(12, 8, 50, 0.5, &mut rng);
+    let expected = case.run(5, false);
+    let shifted = Case { targets: case.targets.clone().add_scalar(1).remainder_scalar(50), ..case };
+    assert!(mismatch(&shifted.run(5, true), &expected).is_some());
+    let mut scaled = expected.clone();
+    scaled[0][0] *= 1.0 + 1e-4;
+    assert!(mismatch(&scaled, &expected).is_some());
+}
+
+#[test]
+fn large_logits_and_a_large_vocabulary_stay_within_tolerance() {
+    // Logits in the hundreds (exp without the row maximum taken out would overflow), and
+    // rows longer than the op's summation block.
+    let mut rng = Lcg(29);
+    for (tokens, d, vocab, scale) in [(9, 6, 17, 100.0), (6, 16, 5000, 1.0), (4, 32, 9000, 8.0)] {
+        let case = Case::random(tokens, d, vocab, scale, &mut rng);
+        let (got, expected) = (case.run(4, true), case.run(4, false));
+        assert!(got[0][0].is_finite());
+        if let Some(why) = mismatch(&got, &expected) {
+            panic!("{tokens} tokens, vocab {vocab}, logit scale {scale}: {why}");
+        }
+    }
+}
+
+#[test]
+fn a_strided_weight_gives_the_same_results() {
+    // The same weight values held transposed (`[d, vocab]` memory read as `[vocab, d]`):
+    // read as if row-major they would give other results.
+    let mut rng = Lcg(3);
+    let case = Case::random(7, 5, 30, 0.5, &mut rng);
+    let expected = case.run(3, false);
+    let held_transposed = Tensor::<Cpu, 2>::from_data(case.weight.clone().transpose().into_data(), &Default::default());
+    let strided = Case { weight: held_transposed.transpose(), ..case };
+    let got = strided.run(3, true);
+    assert!(mismatch(&got, &expected).is_none(), "{:?}", mismatch(&got, &expected));
+}
+
+#[test]
+fn exp_is_within_a_few_ulp_of_f64s() {
+    // The logits' range: shifted by their row maximum, so at most 0.
+    let mut worst = 0.0f64;
+    let mut x = -87.0f32;
+    while x <= 10.0 {
+        let expected = f64::from(x).exp();
+        worst = worst.max((f64::from(exp(x)) - expected).abs() / expected);
+        x += 0.001_37;
+    }
+    assert!(worst < 3e-7, "worst relative error {worst:.2e}");
+    // Control: f32's own rounding of the true value is already about 6e-8 off at worst,
+    // so the bound is a few ulp, not a loose one.
+    assert!(worst > 0.0);
+    assert_eq!(exp(-200.0), exp(-87.0));
+    assert!(exp(-87.0) > 0.0 && exp(-87.0) < 1e-37);
+}
