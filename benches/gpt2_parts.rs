@@ -48,7 +48,9 @@ use std::collections::BTreeMap;
 use std::process::Command;
 use std::time::Instant;
 
+use burn::module::AutodiffModule;
 use burn::optim::{GradientsParams, Optimizer};
+use burn::train::InferenceStep;
 use burn::tensor::backend::Backend;
 use burn::tensor::module::attention;
 use burn::tensor::ops::AttentionModuleOptions;
@@ -411,6 +413,14 @@ fn step<B: TrainBackend>(
     {
         parts.insert(name.into(), Timing { calls: 1, ms: median(samples), flops: None });
     }
+    // A forward-only pass, as evaluation and the predict phase run it: the inner backend,
+    // the loss over chunks of logits without gradients.
+    let valid = model.expect("the model is put back every step").valid();
+    let inner = device.clone();
+    let forward_only = timer.time::<B::InnerBackend, _>("step.forward_only", &inner, 1, None, || {
+        InferenceStep::step(&valid, host.to_device::<B::InnerBackend>(&inner)).loss
+    });
+    parts.insert("step.forward_only".into(), forward_only);
 }
 
 /// Runs PyTorch's parts at the same shapes and reads its JSON line.
