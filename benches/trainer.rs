@@ -84,6 +84,10 @@ struct Args {
     /// Read at most this many MiB of text.
     #[arg(long, default_value_t = 4)]
     corpus_mib: usize,
+    /// Tokens per chunk of the LM head's loss (the main job's default on the CPU is 512);
+    /// without it, the full logits (Burn's cross-entropy), as this bench ran before.
+    #[arg(long)]
+    loss_chunk: Option<usize>,
     /// Validation loss every this many steps.
     #[arg(long, default_value_t = 20)]
     eval_every: usize,
@@ -300,7 +304,7 @@ impl Bench {
     ) -> Result<RunResult, String> {
         let args = &self.args;
         B::seed(device, seed);
-        let model: Gpt2<B> = self.config.init(device);
+        let model: Gpt2<B> = self.config.init(device).with_loss_chunk(args.loss_chunk);
         let optimizer = leanburn::optim::clipped_adamw(0.1, 1.0);
         let lr = LrSchedule::WarmupCosine {
             peak: args.lr,
@@ -408,7 +412,7 @@ impl Bench {
     fn report<B: TrainBackend>(&self, device: &B::Device, results: &[(u64, Vec<RunResult>)]) {
         let args = &self.args;
         println!(
-            "\n{}, {}: {} parameters, batch {} × {} tokens, {} steps, peak lr {}, seeds {:?}\n",
+            "\n{}, {}: {} parameters, batch {} × {} tokens, {} steps, peak lr {}, seeds {:?}, loss {}\n",
             B::name(device),
             args.preset,
             self.config.parameter_count(),
@@ -417,6 +421,7 @@ impl Bench {
             args.steps,
             args.lr,
             args.seeds,
+            args.loss_chunk.map_or("over the full logits".to_string(), |chunk| format!("in chunks of {chunk} tokens")),
         );
         println!("Per seed (target: the seed's all-full final loss × {}):\n", 1.0 + args.target_slack);
         println!("| seed | run | steps | val loss | train s | s to target | × full's | predicted | selected / averaged | c | e kept (all) | blocks kept / rolled back |");
@@ -574,6 +579,9 @@ fn run(args: Args) -> Result<(), String> {
     }
     if args.seeds.is_empty() || args.runs.is_empty() {
         return Err("--seeds and --runs need at least one value each".into());
+    }
+    if args.loss_chunk == Some(0) {
+        return Err("--loss-chunk must be at least 1 token (leave it out for the full logits)".into());
     }
     if !(args.short_fraction > 0.0 && args.short_fraction <= 1.0) {
         return Err(format!("--short-fraction must be in (0, 1], got {}", args.short_fraction));
