@@ -50,11 +50,11 @@ use std::time::Instant;
 
 use burn::module::AutodiffModule;
 use burn::optim::{GradientsParams, Optimizer};
-use burn::train::InferenceStep;
 use burn::tensor::backend::Backend;
 use burn::tensor::module::attention;
 use burn::tensor::ops::AttentionModuleOptions;
 use burn::tensor::{Distribution, ElementConversion, FloatDType, Tensor};
+use burn::train::InferenceStep;
 use clap::{Parser, ValueEnum};
 use leanburn::backend::lean_attention;
 use leanburn::data::{HostBatch, Split, WindowSampler};
