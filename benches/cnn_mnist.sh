@@ -13,6 +13,11 @@
 #   select+average
 #   hybrid+select   the hybrid mode with the selection above on its full steps (not in
 #             the default RUNS)
+#   infobatch all-full with InfoBatch (--info-batch 0.5: from the second epoch each epoch
+#             leaves out half of the images whose last loss was below the mean and
+#             weighs up the other half; every epoch whole from 87.5% of the steps)
+#   infobatch-short   the same over 0.8 × STEPS, its schedule fully decayed in them
+#             (these two not in the default RUNS)
 # Then a table per seed and over the seeds: final validation loss and accuracy, training
 # seconds (evaluation excluded, verification included), and the time to first reach the
 # full run's final accuracy and final loss, relative to the full run's own.
@@ -52,6 +57,8 @@ for seed in $SEEDS; do
       average) args=(--mode full --steps "$STEPS" "${average[@]}") ;;
       select+average) args=(--mode full --steps "$STEPS" "${select[@]}" "${average[@]}") ;;
       hybrid+select) args=(--mode hybrid --steps "$STEPS" "${select[@]}") ;;
+      infobatch) args=(--mode full --steps "$STEPS" --info-batch 0.5) ;;
+      infobatch-short) args=(--mode full --steps "$SHORT" --info-batch 0.5) ;;
       *) echo "unknown run $run" >&2; exit 2 ;;
     esac
     dir="$OUT/seed$seed/$run"

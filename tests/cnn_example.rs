@@ -264,3 +264,34 @@ fn the_weight_average_is_verified_and_selection_trains_on_half() {
     assert_fails(&cpu_run(&scratch("average-pull"), &["--average", "0.9", "--average-pull", "2"]), "pull");
     assert_fails(&cpu_run(&scratch("select-bad"), &["--select-keep", "0"]), "--select-keep");
 }
+
+/// `--info-batch`: from the second epoch the images learned (a last loss below the mean)
+/// are left out at the ratio, and the summary says how many; what it cannot follow is
+/// refused before anything runs.
+#[test]
+fn info_batch_leaves_learned_images_out_and_refuses_what_it_cannot_follow() {
+    let data = scratch("info-batch-data");
+    common::write_idx_pair(&data, 120);
+    let data_arg = data.to_str().unwrap();
+    // 116 training images in batches of 4: 29 steps an epoch; no annealing before step 80.
+    let base = ["--mode", "full", "--steps", "80", "--data", data_arg];
+    let pruning = [&base[..], &["--info-batch", "0.5", "--info-batch-anneal", "1"]].concat();
+    let run = cpu_run(&scratch("info-batch"), &pruning);
+    assert!(run.status.success(), "{}", text(&run));
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    let line = stdout.lines().find(|l| l.starts_with("InfoBatch: ")).unwrap_or_else(|| panic!("{}", text(&run)));
+    let left_out: usize = line["InfoBatch: ".len()..].split(' ').next().unwrap().parse().unwrap();
+    assert!(left_out > 0 && line.contains("epochs pruned"), "{line}");
+    // Control: without it nothing is left out, and the summary has no such line.
+    let plain = cpu_run(&scratch("info-batch-control"), &base);
+    assert!(plain.status.success() && !String::from_utf8_lossy(&plain.stdout).contains("InfoBatch"));
+    let data_flags = ["--steps", "80", "--data", data_arg, "--info-batch", "0.5"];
+    let refused = |extra: &[&str], needle: &str| {
+        assert_fails(&cpu_run(&scratch("info-batch-bad"), &[&data_flags[..], extra].concat()), needle);
+    };
+    refused(&["--mode", "hybrid"], "--mode full");
+    refused(&["--mode", "full", "--select-keep", "0.5"], "--select-keep");
+    refused(&["--mode", "full", "--info-batch-anneal", "2"], "--info-batch-anneal");
+    assert_fails(&cpu_run(&scratch("info-batch-shapes"), &["--info-batch", "0.5", "--mode", "full"]), "--data");
+    assert_fails(&cpu_run(&scratch("info-batch"), &[&pruning[..], &["--resume"]].concat()), "does not resume");
+}

@@ -93,6 +93,15 @@ struct Args {
     /// `--noise` then do not apply.
     #[arg(long)]
     data: Option<PathBuf>,
+    /// InfoBatch (with `--data`, in full mode): each epoch leaves out this share of the
+    /// images whose loss at their last step was below the mean, and weighs up the rest of
+    /// them so the epoch's expected gradient is unchanged; 0 (the default) leaves none out.
+    #[arg(long, default_value_t = 0.0, value_name = "RATIO")]
+    info_batch: f64,
+    /// With `--info-batch`: from this fraction of `--steps` on, every epoch is whole again
+    /// (InfoBatch's annealing).
+    #[arg(long, default_value_t = 0.875, value_name = "FRACTION")]
+    info_batch_anneal: f64,
     /// Standard deviation of the pixel noise.
     #[arg(long, default_value_t = 0.05)]
     noise: f32,
@@ -122,7 +131,8 @@ fn main() {
 /// Where training batches come from.
 enum Source {
     Shapes(ShapeSampler),
-    Idx(IdxSampler),
+    /// Shared with the trainer under `--info-batch`, which gives back the images' losses.
+    Idx(std::sync::Arc<std::sync::Mutex<IdxSampler>>),
 }
 
 /// Everything a run needs, settled before any device work.
@@ -134,6 +144,41 @@ struct Plan {
     /// The training images of `--data` (none: generated shapes).
     images: Option<IdxImages>,
     resolution: usize,
+}
+
+/// `--info-batch` takes the losses of the images the trainer trains on, so it needs a
+/// dataset that cycles and a run whose every step trains on whole batches; its books are
+/// not checkpointed, so a run with it does not resume.
+fn check_info_batch(args: &Args) -> Result<(), Failure> {
+    if args.info_batch == 0.0 {
+        return Ok(());
+    }
+    let fail = |why: &str| Err(bad_input(format!("--info-batch {why}")));
+    if !(args.info_batch > 0.0 && args.info_batch < 1.0) {
+        return fail(&format!("must be in [0, 1), got {}", args.info_batch));
+    }
+    if !(0.0..=1.0).contains(&args.info_batch_anneal) {
+        return fail(&format!("--info-batch-anneal must be in [0, 1], got {}", args.info_batch_anneal));
+    }
+    if args.data.is_none() {
+        return fail("needs --data: generated shapes are new every batch, no image comes back");
+    }
+    if args.run.mode != common::Mode::Full {
+        return fail("needs --mode full: predicted steps train on no image");
+    }
+    if args.select.select_keep < 1.0 {
+        return fail("and --select-keep do not combine");
+    }
+    if args.execution.precision != leanburn::trainer::Precision::F32 || args.execution.accum != 1 {
+        return fail("trains in f32 without --accum");
+    }
+    if args.parallel.devices.is_some() {
+        return fail("trains on one device");
+    }
+    if args.run.resume {
+        return fail("does not resume: its books of the images' losses are not checkpointed");
+    }
+    Ok(())
 }
 
 fn run(args: Args, matches: &ArgMatches) -> Result<(), Failure> {
@@ -154,6 +199,7 @@ fn run(args: Args, matches: &ArgMatches) -> Result<(), Failure> {
     if !(args.noise.is_finite() && args.noise >= 0.0) {
         return Err(bad_input(format!("--noise must be zero or positive, got {}", args.noise)));
     }
+    check_info_batch(&args)?;
     if let Some(mib) = args.conv_workspace_mib {
         ConvBudget::set_global(ConvBudget::from_mib(mib as usize));
     }

@@ -4,7 +4,9 @@
 use burn::collective::CollectiveConfig;
 use burn::optim::AdamConfig;
 use burn::prelude::{Int, Tensor};
-use leanburn::data::{IdxSampler, ImageBatch, ShapeSampler};
+use std::sync::{Arc, Mutex};
+
+use leanburn::data::{IdxSampler, ImageBatch, InfoBatchConfig, ShapeSampler};
 use leanburn::model::{ConvClassifier, Evaluation, ResNet};
 use leanburn::runner::{data_parallel, RunError};
 use leanburn::select::ReplicatedJob;
@@ -65,6 +67,7 @@ impl Plan {
     where
         B: TrainBackend,
         M: HybridModel<B, Labelled<B>> + ForwardLoss<B, Input = Labelled<B>> + Send,
+        M: ExampleLosses<B, Input = Labelled<B>>,
         M::InnerModule: ExampleLosses<B::InnerBackend, Input = Labelled<B::InnerBackend>>,
     {
         if !parallel {
@@ -90,7 +93,7 @@ impl Plan {
     ) -> Result<Option<(String, RunOutcome)>, Failure>
     where
         B: TrainBackend,
-        M: HybridModel<B, Labelled<B>> + ForwardLoss<B, Input = Labelled<B>>,
+        M: HybridModel<B, Labelled<B>> + ForwardLoss<B, Input = Labelled<B>> + ExampleLosses<B, Input = Labelled<B>>,
         M::InnerModule: ExampleLosses<B::InnerBackend, Input = Labelled<B::InnerBackend>>,
     {
         let args = &self.args;
@@ -131,9 +134,25 @@ impl Plan {
         let rank = replica.map_or(0, |replica| replica.rank()) as u64;
         let seed = args.run.seed.wrapping_add(rank.wrapping_mul(0x9e37_79b9_7f4a_7c15));
         let batch = args.batch as usize;
+        let mut info_batch = None;
         let mut source = match &self.images {
             Some(images) => {
-                Source::Idx(IdxSampler::new(images.clone(), batch, seed).map_err(|e| bad_input(e.to_string()))?)
+                let sampler = IdxSampler::new(images.clone(), batch, seed).map_err(|e| bad_input(e.to_string()))?;
+                let sampler = match args.info_batch {
+                    0.0 => sampler,
+                    prune => {
+                        let anneal_step = Some((args.info_batch_anneal * steps as f64).round() as usize);
+                        sampler
+                            .with_info_batch(InfoBatchConfig { prune, anneal_step })
+                            .map_err(|e| bad_input(format!("--info-batch: {e}")))?
+                    }
+                };
+                let sampler = Arc::new(Mutex::new(sampler));
+                if args.info_batch > 0.0 {
+                    trainer = trainer.with_example_feedback(Arc::clone(&sampler));
+                    info_batch = Some(Arc::clone(&sampler));
+                }
+                Source::Idx(sampler)
             }
             None => Source::Shapes(
                 ShapeSampler::new(resolution, batch, seed)
@@ -144,7 +163,7 @@ impl Plan {
         let next_batch = || {
             Ok(match &mut source {
                 Source::Shapes(sampler) => sampler.sample(),
-                Source::Idx(sampler) => sampler.sample(),
+                Source::Idx(sampler) => sampler.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).sample(),
             })
         };
         let to_device = |batch: ImageBatch| batch.into_device::<B>(&device);
@@ -175,6 +194,20 @@ impl Plan {
             None => "shapes".to_string(),
         };
         let title = format!("{} on {task} ({} mode) on {on}", self.config.describe(), args.run.mode.name());
-        Ok(Some((summary(&title, &outcome, &self.dir, "images"), outcome)))
+        let mut summary = summary(&title, &outcome, &self.dir, "images");
+        if let Some(sampler) = info_batch {
+            let sampler = sampler.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+            if let Some(count) = sampler.info_batch().map(|books| books.count()) {
+                summary.push_str(&format!(
+                    "\nInfoBatch: {} of the {} images of {} epochs left out ({:.0}%), {} epochs pruned",
+                    count.left_out,
+                    count.examples,
+                    count.epochs,
+                    100.0 * count.left_out_share(),
+                    count.pruned_epochs,
+                ));
+            }
+        }
+        Ok(Some((summary, outcome)))
     }
 }

@@ -10,13 +10,16 @@
 
 use std::fs;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 use rand::rngs::SmallRng;
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
 
 use super::error::DataError;
+use super::info_batch::{InfoBatch, InfoBatchConfig};
 use super::shapes::ImageBatch;
+use crate::trainer::ExampleFeedback;
 
 const IMAGES_MAGIC: u32 = 0x0000_0803;
 const LABELS_MAGIC: u32 = 0x0000_0801;
@@ -166,14 +169,17 @@ impl IdxImages {
 }
 
 /// Training batches from an [`IdxImages`] set: every image once per epoch, in an order
-/// shuffled anew each epoch from the seed.
+/// shuffled anew each epoch from the seed; with [`with_info_batch`](Self::with_info_batch)
+/// each epoch leaves out part of the images already learned ([`InfoBatch`]).
 #[derive(Clone, Debug)]
 pub struct IdxSampler {
     images: IdxImages,
     batch: usize,
-    order: Vec<usize>,
+    /// This epoch's images and their weights in the loss (1 without InfoBatch).
+    order: Vec<(usize, f32)>,
     next: usize,
     rng: SmallRng,
+    info_batch: Option<InfoBatch>,
 }
 
 impl IdxSampler {
@@ -182,24 +188,73 @@ impl IdxSampler {
         if batch == 0 {
             return Err(DataError::invalid("the batch size must be at least 1, got 0"));
         }
-        let order = (0..images.len()).collect();
-        let mut sampler = Self { images, batch, order, next: usize::MAX, rng: SmallRng::seed_from_u64(seed) };
+        let order = (0..images.len()).map(|i| (i, 1.0)).collect();
+        let rng = SmallRng::seed_from_u64(seed);
+        let mut sampler = Self { images, batch, order, next: usize::MAX, rng, info_batch: None };
         sampler.next = sampler.order.len();
         Ok(sampler)
     }
 
-    /// The next `batch` images, starting a new shuffled epoch where this one runs out.
+    /// Plans each epoch with InfoBatch from the next one on: the trainer must then take
+    /// each batch's weights and give back its examples' losses
+    /// ([`ExampleFeedback`](crate::trainer::ExampleFeedback), which a shared sampler
+    /// implements). Fails if `config` breaks a rule.
+    pub fn with_info_batch(mut self, config: InfoBatchConfig) -> Result<Self, DataError> {
+        self.info_batch = Some(InfoBatch::new(self.images.len(), config)?);
+        Ok(self)
+    }
+
+    /// InfoBatch's books, where it plans the epochs.
+    pub fn info_batch(&self) -> Option<&InfoBatch> {
+        self.info_batch.as_ref()
+    }
+
+    /// The next `batch` images, starting a new shuffled epoch where this one runs out
+    /// (with InfoBatch also where annealing begins: from there every epoch is whole).
     pub fn sample(&mut self) -> ImageBatch {
-        let mut indices = Vec::with_capacity(self.batch);
-        while indices.len() < self.batch {
+        let mut picked = Vec::with_capacity(self.batch);
+        if let Some(info) = self.info_batch.as_ref() {
+            if info.annealing() && self.order.len() < self.images.len() {
+                self.next = self.order.len();
+            }
+        }
+        while picked.len() < self.batch {
             if self.next >= self.order.len() {
-                self.order.shuffle(&mut self.rng);
+                self.order = match self.info_batch.as_mut() {
+                    Some(info) => info.plan_epoch(&mut self.rng),
+                    None => {
+                        self.order.shuffle(&mut self.rng);
+                        std::mem::take(&mut self.order)
+                    }
+                };
                 self.next = 0;
             }
-            indices.push(self.order[self.next]);
+            picked.push(self.order[self.next]);
             self.next += 1;
         }
-        self.images.batch(&indices)
+        let (indices, weights): (Vec<usize>, Vec<f32>) = picked.into_iter().unzip();
+        let batch = self.images.batch(&indices);
+        if let Some(info) = self.info_batch.as_mut() {
+            info.issue(indices, weights);
+        }
+        batch
+    }
+}
+
+/// The trainer's side of InfoBatch: each step takes the weights of the oldest batch handed
+/// out and gives back its examples' losses. Without InfoBatch every weight is 1 and
+/// nothing is recorded.
+impl ExampleFeedback for Arc<Mutex<IdxSampler>> {
+    fn weights(&mut self) -> Option<Vec<f32>> {
+        let mut sampler = self.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        sampler.info_batch.as_mut().and_then(InfoBatch::next_weights)
+    }
+
+    fn record(&mut self, losses: &[f32]) {
+        let mut sampler = self.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some(info) = sampler.info_batch.as_mut() {
+            info.record(losses);
+        }
     }
 }
 
@@ -256,6 +311,48 @@ mod tests {
         let again = IdxSampler::new(set.clone(), 5, 3).unwrap().sample();
         assert_eq!(again, IdxSampler::new(set.clone(), 5, 3).unwrap().sample(), "the same seed, the same batches");
         assert_ne!(again.labels, IdxSampler::new(set, 5, 4).unwrap().sample().labels, "control: another seed");
+    }
+
+    #[test]
+    fn info_batch_leaves_learned_images_out_of_the_next_epoch_and_weighs_up_the_rest() {
+        use crate::data::InfoBatchConfig;
+        use crate::trainer::ExampleFeedback;
+
+        // 20 images labelled by their index; each one's loss is its label, so 0..10 are
+        // below the mean once scored.
+        let (images, labels) = pair(20, 2, 20);
+        let set = IdxImages::parse(&images, &labels).unwrap();
+        let config = InfoBatchConfig { prune: 0.5, anneal_step: Some(8) };
+        let sampler = IdxSampler::new(set, 5, 7).unwrap().with_info_batch(config).unwrap();
+        let mut shared = Arc::new(Mutex::new(sampler));
+        let step = |shared: &mut Arc<Mutex<IdxSampler>>| {
+            let batch = shared.lock().unwrap().sample();
+            let weights = shared.weights().expect("InfoBatch weighs every batch");
+            shared.record(&batch.labels.iter().map(|&l| l as f32).collect::<Vec<_>>());
+            batch.labels.into_iter().zip(weights).collect::<Vec<_>>()
+        };
+        let first: Vec<(i64, f32)> = (0..4).flat_map(|_| step(&mut shared)).collect();
+        assert!(first.iter().all(|&(_, w)| w == 1.0), "nothing scored yet: all kept, unweighted");
+        // The second epoch: every image from 10 up with weight 1, some below it with 2.
+        step(&mut shared);
+        let (count, plan) = {
+            let sampler = shared.lock().unwrap();
+            (sampler.info_batch().unwrap().count(), sampler.order.clone())
+        };
+        assert_eq!((count.epochs, count.pruned_epochs), (2, 1));
+        assert!(count.left_out > 0 && plan.len() == 20 - count.left_out, "{count:?}");
+        assert!(plan.iter().filter(|&&(i, _)| i >= 10).all(|&(_, w)| w == 1.0));
+        assert_eq!(plan.iter().filter(|&&(i, _)| i >= 10).count(), 10);
+        assert!(plan.iter().filter(|&&(i, _)| i < 10).all(|&(_, w)| w == 2.0));
+        // From batch 8 on every epoch is whole and unweighted (the pruned one is cut short).
+        while !shared.lock().unwrap().info_batch().unwrap().annealing() {
+            step(&mut shared);
+        }
+        let annealed: Vec<(i64, f32)> = (0..4).flat_map(|_| step(&mut shared)).collect();
+        let mut seen: Vec<i64> = annealed.iter().map(|&(l, _)| l).collect();
+        seen.sort_unstable();
+        assert_eq!(seen, (0..20).collect::<Vec<_>>(), "an annealed epoch holds every image");
+        assert!(annealed.iter().all(|&(_, w)| w == 1.0));
     }
 
     #[test]

@@ -36,6 +36,7 @@ mod dataset;
 mod error;
 mod fingerprint;
 mod idx;
+mod info_batch;
 mod shapes;
 mod tokenizer;
 
@@ -45,5 +46,6 @@ pub use dataset::{Split, TokenDataset};
 pub use error::DataError;
 pub use fingerprint::CorpusFingerprint;
 pub use idx::{IdxImages, IdxSampler};
+pub use info_batch::{InfoBatch, InfoBatchConfig, InfoBatchCount};
 pub use shapes::{shapes_dataset, shapes_validation, ImageBatch, ShapeBatcher, ShapeKind, ShapeSampler, SHAPE_CLASSES};
 pub use tokenizer::{Gpt2Tokenizer, END_OF_TEXT, GPT2_VOCAB_SIZE};

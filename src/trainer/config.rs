@@ -243,6 +243,11 @@ pub enum ConfigError {
         /// Its value.
         value: f64,
     },
+    /// Per-example feedback (`with_example_feedback`, InfoBatch) with a run it cannot
+    /// follow: one that predicts (a predicted step trains on no example), selects, or
+    /// trains in mixed precision.
+    #[error("per-example feedback (InfoBatch) needs all-full steps on the plain path; this run {0}")]
+    ExampleFeedback(&'static str),
     /// The weight average's `decay` is outside `[0, 1)`.
     #[error("the weight average's decay must be in [0, 1), got {0}")]
     AverageDecay(f64),

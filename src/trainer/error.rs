@@ -26,9 +26,10 @@ pub enum TrainerError {
         /// What is wrong.
         reason: String,
     },
-    /// Selection: the model's [`ExampleLosses`](super::ExampleLosses) gave another number
-    /// of losses than the batch has examples. Nothing was run.
-    #[error("selection: the model scored {losses} examples of a batch of {examples}")]
+    /// Selection or per-example feedback: the model's
+    /// [`ExampleLosses`](super::ExampleLosses) gave another number of losses than the
+    /// batch has examples (or the feedback gave weights). The step changed nothing.
+    #[error("the model scored {losses} examples of a batch of {examples}")]
     ExampleLosses {
         /// Examples in the batch.
         examples: usize,
@@ -49,11 +50,11 @@ pub enum TrainerError {
         /// The loss.
         loss: f64,
     },
-    /// A step was given a number of micro-batches other than
-    /// [`accumulation_steps`](super::ExecutionConfig::accumulation_steps).
     /// `with_probe_set` was given no batch.
     #[error("the probe set needs at least one batch")]
     EmptyProbeSet,
+    /// A step was given a number of micro-batches other than
+    /// [`accumulation_steps`](super::ExecutionConfig::accumulation_steps).
     #[error("a step takes {expected} micro-batch(es) (accumulation_steps), got {got}")]
     MicroBatches {
         /// `accumulation_steps`.

@@ -24,6 +24,7 @@ use super::predict::predictor::UpdatePredictor;
 use super::replica::Replica;
 use super::reports::statistics::TrainerStatistics;
 use super::reports::step_report::JsonlWriter;
+use super::selection::feedback::{weighed_step, ExampleFeedback, Feedback};
 use super::selection::pick::{select_examples, Selector};
 use super::selection::{ExampleLosses, SelectableBatch, SelectionConfig};
 use super::step::{ForwardLoss, HybridBatch, HybridModel};
@@ -66,6 +67,8 @@ where
     pub(super) replica: Option<Replica>,
     /// Which examples full steps train on (`with_selection`); not checkpointed.
     pub(super) selection: Option<Selector<M, T>>,
+    /// Per-example weights and losses with the data side (`with_example_feedback`).
+    pub(super) feedback: Option<Feedback<B, M, T>>,
     /// The weight average's tensors (`with_weight_average`; its books are in `state`).
     pub(crate) average: WeightAverage<B::InnerBackend, T>,
     pub(super) batch: PhantomData<fn(T)>,
@@ -140,6 +143,7 @@ where
             output: None,
             replica: None,
             selection: None,
+            feedback: None,
             average: WeightAverage::new(),
             batch: PhantomData,
         }
@@ -271,6 +275,22 @@ where
         config.validate()?;
         self.selection = Some(Selector { config, pick: select_examples::<B, M, T> });
         Ok(self)
+    }
+
+    /// Weighs each example in full steps' losses as the data side says, and gives it
+    /// back each example's loss from the step's own forward pass ([`ExampleFeedback`]):
+    /// what InfoBatch needs ([`IdxSampler::with_info_batch`](crate::data::IdxSampler::with_info_batch)).
+    /// Each micro-batch's loss is then `mean(weights · losses)` over the model's
+    /// [`ExampleLosses`] on the autodiff model, and the step reads the losses back (one
+    /// small sync). Full steps only, on the plain path: a step fails with
+    /// [`ConfigError::ExampleFeedback`](super::ConfigError::ExampleFeedback), running
+    /// nothing, where the run predicts, selects or trains in mixed precision.
+    pub fn with_example_feedback(mut self, feedback: impl ExampleFeedback + 'static) -> Self
+    where
+        M: ExampleLosses<B, Input = T>,
+    {
+        self.feedback = Some(Feedback { source: Box::new(feedback), weigh: weighed_step::<B, M, T> });
+        self
     }
 
     /// The selection full steps make, if any.

@@ -87,5 +87,5 @@ pub use predict::predictor::UpdatePredictor;
 pub use replica::Replica;
 pub use reports::statistics::TrainerStatistics;
 pub use reports::step_report::{SelectionCount, StepReport};
-pub use selection::{ExampleLosses, SelectableBatch, SelectionConfig, SelectionRule};
+pub use selection::{ExampleFeedback, ExampleLosses, SelectableBatch, SelectionConfig, SelectionRule};
 pub use step::{ForwardLoss, HybridBatch, HybridModel, StepLoss};

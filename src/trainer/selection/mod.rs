@@ -15,6 +15,7 @@
 //! The model's inner module gives the scores ([`ExampleLosses`]), the batch gives the
 //! selected rows ([`SelectableBatch`]).
 
+pub(crate) mod feedback;
 pub(crate) mod pick;
 mod scoring;
 #[cfg(test)]
@@ -26,6 +27,7 @@ use serde::{Deserialize, Serialize};
 
 use super::config::ConfigError;
 
+pub use feedback::ExampleFeedback;
 pub use scoring::{ExampleLosses, SelectableBatch};
 
 /// Which of a batch's examples a selecting step trains on, from their losses.

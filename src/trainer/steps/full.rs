@@ -84,6 +84,20 @@ where
                     }
                     (master.grads, loss.inner())
                 }
+                None if self.feedback.is_some() => {
+                    let feedback = self.feedback.as_mut().expect("checked");
+                    let weights = feedback.source.weights();
+                    match (feedback.weigh)(&model, batch, weights) {
+                        Ok(weighed) => {
+                            feedback.source.record(&weighed.losses);
+                            (weighed.grads, weighed.loss)
+                        }
+                        Err(err) => {
+                            self.model = Some(model);
+                            return Err(err);
+                        }
+                    }
+                }
                 None => {
                     let TrainOutput { grads, item } = <M as TrainStep>::step(&model, batch);
                     let loss = StepLoss::<B>::loss(&item).inner();

@@ -10,6 +10,7 @@ use std::time::Instant;
 use burn::optim::Optimizer;
 use burn::tensor::backend::{AutodiffBackend, Backend};
 
+use super::config::ConfigError;
 use super::error::TrainerError;
 use super::hybrid::HybridTrainer;
 use super::params::Alignment;
@@ -77,6 +78,9 @@ where
                 expected: self.execution.accumulation_steps,
                 got: micro_batches.len(),
             });
+        }
+        if let Some(conflict) = self.feedback_conflict() {
+            return Err(ConfigError::ExampleFeedback(conflict).into());
         }
         if self.state.schedule.current() == Phase::Predict && !self.predictor.is_ready() {
             // Unreachable through the gate, which needs a ready predictor; a hand-edited
@@ -176,6 +180,22 @@ where
     }
 
     /// Asks the device pool to release what it keeps unused, and counts what it gave back.
+    /// What in this run per-example feedback cannot follow, if it is on: predicted steps
+    /// train on no example, a selecting step on a subset, and the mixed-precision path
+    /// scales its own loss.
+    fn feedback_conflict(&self) -> Option<&'static str> {
+        self.feedback.as_ref()?;
+        if !self.state.config.is_all_full() {
+            Some("predicts steps (use the all-full mode)")
+        } else if self.selection.is_some() {
+            Some("also selects examples")
+        } else if self.forward_loss.is_some() {
+            Some("trains in mixed precision")
+        } else {
+            None
+        }
+    }
+
     fn trim(&mut self) {
         let report = crate::memory::trim::<B>(&self.device);
         self.state.statistics.trims += 1;
