@@ -18,6 +18,8 @@
 #             weighs up the other half; every epoch whole from 87.5% of the steps)
 #   infobatch-short   the same over 0.8 × STEPS, its schedule fully decayed in them
 #             (these two not in the default RUNS)
+#   lookahead the average above, with each verdict for it pulling the live weights half
+#             the way to it (--average-pull 0.5; not in the default RUNS)
 # Then a table per seed and over the seeds: final validation loss and accuracy, training
 # seconds (evaluation excluded, verification included), and the time to first reach the
 # full run's final accuracy and final loss, relative to the full run's own.
@@ -57,6 +59,7 @@ for seed in $SEEDS; do
       average) args=(--mode full --steps "$STEPS" "${average[@]}") ;;
       select+average) args=(--mode full --steps "$STEPS" "${select[@]}" "${average[@]}") ;;
       hybrid+select) args=(--mode hybrid --steps "$STEPS" "${select[@]}") ;;
+      lookahead) args=(--mode full --steps "$STEPS" "${average[@]}" --average-pull 0.5) ;;
       infobatch) args=(--mode full --steps "$STEPS" --info-batch 0.5) ;;
       infobatch-short) args=(--mode full --steps "$SHORT" --info-batch 0.5) ;;
       *) echo "unknown run $run" >&2; exit 2 ;;
@@ -103,7 +106,7 @@ for seed in seeds:
         chosen = sum(p[4] == "average" for p in ps)
         fmt = lambda t, f: "not reached" if t is None else f"{t:.1f} s ({t / f:.2f}×)"
         print(f"| {seed} | {run} | {last[2]:.4f} | {100 * last[3]:.1f}% | {last[1]:.1f} | {fmt(t_acc, full_acc)} | "
-              f"{fmt(t_loss, full_loss)} | {chosen if 'average' in run else '-'} |")
+              f"{fmt(t_loss, full_loss)} | {chosen if any(p[4] for p in ps) else '-'} |")
         r = ratios[run]
         r["loss"].append(last[2] / loss_target); r["acc"].append(last[3]); r["secs"].append(last[1] / full[-1][1])
         r["time_acc"].append(None if t_acc is None else t_acc / full_acc)
