@@ -4,6 +4,7 @@
 //! ```text
 //! cargo bench --bench cpu -- --preset gpt2-mini --batch 8 --seq 64 --pytorch /path/to/python3
 //! cargo bench --bench cpu -- --preset gpt2-tiny --backends flex --loss-chunks 0,64,128
+//! cargo bench --bench cpu -- --backends flex,lean-flex --loss-chunks 128   # Lean's cost
 //! ```
 //!
 //! Each backend runs in its own child process, one after the other, so that each peak
@@ -30,7 +31,7 @@ use clap::Parser;
 use leanburn::data::{Split, WindowSampler};
 use leanburn::memory::{format_bytes, process_memory};
 use leanburn::model::{Gpt2, Gpt2Config};
-use leanburn::{HybridConfig, HybridTrainer, LrSchedule};
+use leanburn::{HybridConfig, HybridTrainer, Lean, LrSchedule};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
@@ -78,6 +79,8 @@ struct Args {
 enum CpuBackend {
     Ndarray,
     Flex,
+    /// Flex inside `Lean`, as the GPT-2 example runs it.
+    LeanFlex,
 }
 
 /// One run's figures.
@@ -100,6 +103,7 @@ fn main() {
     let result = match args.child {
         Some(CpuBackend::Ndarray) => measure::<Autodiff<NdArray>>(&args, "ndarray").map(|m| print_json(&m)),
         Some(CpuBackend::Flex) => measure::<Autodiff<Flex>>(&args, "flex").map(|m| print_json(&m)),
+        Some(CpuBackend::LeanFlex) => measure::<Autodiff<Lean<Flex>>>(&args, "lean-flex").map(|m| print_json(&m)),
         None => compare(&args),
     };
     if let Err(err) = result {
@@ -130,7 +134,9 @@ fn compare(args: &Args) -> Result<(), String> {
         for &chunk in &args.loss_chunks {
             let mut command = Command::new(&exe);
             command.args(&common).args(["--steps", &args.steps.to_string(), "--warmup", &args.warmup.to_string()]);
-            command.arg("--child").arg(format!("{backend:?}").to_lowercase());
+            command
+                .arg("--child")
+                .arg(clap::ValueEnum::to_possible_value(&backend).expect("every backend has a name").get_name());
             command.args(["--loss-chunks", &chunk.to_string()]);
             command.env("RAYON_NUM_THREADS", args.threads.to_string());
             rows.push(run_child(command)?);

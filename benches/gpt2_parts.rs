@@ -31,6 +31,15 @@
 //!   `--reps` steps, how many the optimizer step launched, and the most frequent kernels. Not timed: the log is written on every
 //!   launch.
 //!
+//! - `gemm-check`: not timed. `Lean`'s GEMMs (cuBLASLt on CUDA) against the backend's own
+//!   matmul and a host f64 reference over random shapes, views and float types, then one
+//!   GPT-2 step's loss and gradients with and without cuBLASLt (`gpt2_parts/gemm_check.rs`);
+//!   the bench exits 1 where a check fails.
+//!
+//! Every part runs on `Autodiff<Lean<B>>`, as the GPT-2 example does: on CUDA its GEMMs are
+//! cuBLASLt's (`LEANBURN_GEMM=cubecl` in the environment for CubeCL's matmul, the figures
+//! before 2026-11-28).
+//!
 //! `--pytorch PYTHON` runs `benches/pytorch_gpt2_parts.py` with the same shapes after
 //! leanburn's parts (`--torch-precision`: `tf32` is the fair match for CubeCL's f32 matmuls
 //! on CUDA, which take TF32; `bf16` for `--precision bf16`) and adds its column and the
@@ -41,6 +50,8 @@
 mod allocator;
 #[path = "gpt2_parts/checks.rs"]
 mod checks;
+#[path = "gpt2_parts/gemm_check.rs"]
+mod gemm_check;
 #[path = "gpt2_parts/kernels.rs"]
 mod kernels;
 
@@ -107,6 +118,9 @@ struct Args {
     /// PyTorch's precision: f32 (strict), tf32 or bf16 (autocast).
     #[arg(long, default_value = "tf32")]
     torch_precision: String,
+    /// Random products the `gemm-check` part compares, per float type.
+    #[arg(long, default_value_t = 24)]
+    gemm_cases: usize,
     #[arg(long, default_value_t = 42)]
     seed: u64,
     /// Accepted for `cargo bench` compatibility.
@@ -121,6 +135,9 @@ enum Part {
     Step,
     /// Kernels launched per full step (CubeCL backends): CubeCL's execution log, counted.
     Kernels,
+    /// `Lean`'s GEMMs (cuBLASLt on CUDA) against the backend's own matmul and a host
+    /// reference, and one step with and without them (`gpt2_parts/gemm_check.rs`); not timed.
+    GemmCheck,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -168,11 +185,13 @@ fn run(args: &Args) -> Result<(), String> {
     eprintln!("{selection}");
     let name = selection.kind().to_string();
     let cubecl = selection.kind() != BackendKind::Cpu;
-    let ours = selection.run(Parts { args: args.clone(), config: config.clone(), seq, cubecl })?;
+    let ours = selection.run_lean(Parts { args: args.clone(), config: config.clone(), seq, cubecl })?;
     let device = if selection.kind() == BackendKind::Cpu { "cpu" } else { "cuda" };
+    // PyTorch has a side only for the timed parts.
+    let timed = args.parts.iter().any(|part| matches!(part, Part::Gemm | Part::Attention | Part::Step));
     let torch = match &args.pytorch {
-        Some(python) => Some(pytorch(python, args, seq, device)?),
-        None => None,
+        Some(python) if timed => Some(pytorch(python, args, seq, device)?),
+        _ => None,
     };
     report(args, &config, seq, &name, &ours, torch.as_ref());
     Ok(())
@@ -198,6 +217,9 @@ impl BackendJob for Parts {
         };
         let timer = Timer { reps: args.reps, warmup: args.warmup };
         let mut parts = BTreeMap::new();
+        if args.parts.contains(&Part::GemmCheck) {
+            gemm_check::run::<B>(&args, &config, seq, &device)?;
+        }
         if args.parts.contains(&Part::Gemm) {
             gemms::<B::InnerBackend>(&config, args.batch * seq, dtype, &timer, &device, &mut parts);
         }
@@ -425,8 +447,12 @@ fn step<B: TrainBackend>(
 
 /// Runs PyTorch's parts at the same shapes and reads its JSON line.
 fn pytorch(python: &str, args: &Args, seq: usize, device: &str) -> Result<BTreeMap<String, Timing>, String> {
-    let parts: Vec<String> =
-        args.parts.iter().filter(|p| **p != Part::Kernels).map(|p| format!("{p:?}").to_lowercase()).collect();
+    let parts: Vec<String> = args
+        .parts
+        .iter()
+        .filter(|p| !matches!(p, Part::Kernels | Part::GemmCheck))
+        .map(|p| format!("{p:?}").to_lowercase())
+        .collect();
     let mut command = Command::new(python);
     command.arg(&args.pytorch_script).args(["--preset", &args.preset]).args(["--batch", &args.batch.to_string()]);
     command.args(["--seq", &seq.to_string(), "--pad-vocab", &args.pad_vocab.to_string()]);

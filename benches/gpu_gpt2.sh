@@ -19,6 +19,8 @@
 #   torch-f32:120:--steps,100             benches/pytorch_gpt2.py (name starts with torch)
 #   parts-f32:240:--torch-precision,tf32  benches/gpt2_parts.rs with PyTorch's column (name
 #                                         starts with parts): where a step's time goes
+#   full-cubecl:300:LEANBURN_GEMM=cubecl,--mode,full   a NAME=VALUE field sets the case's
+#                                         environment (here: CubeCL's matmul, not cuBLASLt)
 # With no CASE: gpt2-small, batch 8 × 1024, full mode, the same shapes on both sides, in
 # about seven minutes once the kernel cache is warm (a cold cache costs minutes per
 # precision: restore one, or warm it first with the example's --warm-cache):
@@ -79,22 +81,27 @@ for case in "$@"; do
   name=${case%%:*}
   rest=${case#*:}
   limit=${rest%%:*}
-  IFS=',' read -r -a args <<<"${rest#*:}"
+  IFS=',' read -r -a fields <<<"${rest#*:}"
+  # NAME=VALUE fields set the case's environment (e.g. LEANBURN_GEMM=cubecl); the rest are arguments.
+  envs=() args=()
+  for field in "${fields[@]}"; do
+    if [[ $field =~ ^[A-Z_][A-Z0-9_]*= ]]; then envs+=("$field"); else args+=("$field"); fi
+  done
   idle=$(used_mib)
   samples="$OUT/logs/$name.gpu-mem"
   nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 200 >"$samples" &
   sampler=$!
   started=$SECONDS
-  echo "=== $name: ${args[*]}"
+  echo "=== $name: ${envs[*]} ${args[*]}"
   if [[ $name == parts* ]]; then
-    (cd "$WORK" && timeout "$limit" "$ROOT/.gpu/gpt2_parts" --backend cuda --pytorch python3 \
+    (cd "$WORK" && env "${envs[@]}" timeout "$limit" "$ROOT/.gpu/gpt2_parts" --backend cuda --pytorch python3 \
       --pytorch-script "$ROOT/benches/pytorch_gpt2_parts.py" "${args[@]}") \
       >"$OUT/logs/$name.log" 2>&1
   elif [[ $name == torch* ]]; then
     PYTHONUNBUFFERED=1 timeout "$limit" python3 benches/pytorch_gpt2.py --data .gpu/corpus.txt \
       --bpe .gpu/r50k_base.tiktoken --json-out "$OUT/logs/$name.json" "${args[@]}" >"$OUT/logs/$name.log" 2>&1
   else
-    (cd "$WORK" && timeout "$limit" "$ROOT/.gpu/gpt2_small_hybrid" --backend cuda --data "$ROOT/.gpu/corpus.txt" \
+    (cd "$WORK" && env "${envs[@]}" timeout "$limit" "$ROOT/.gpu/gpt2_small_hybrid" --backend cuda --data "$ROOT/.gpu/corpus.txt" \
       --out "$RUNS/$name" --overwrite "${args[@]}") >"$OUT/logs/$name.log" 2>&1
   fi
   code=$?

@@ -3,7 +3,7 @@
 # staged in .gpu/, keeps CubeCL's compiled kernels and autotune results in one folder
 # (CACHE: restored from .gpu/cubecl-cache.tar.gz.part* or .gpu/cubecl-cache.tar when they
 # exist, saved with save_kernel_cache), writes a cubecl.toml pointing there into WORK (run the binaries
-# from WORK), puts every folder holding NVRTC on the library path, and records the
+# from WORK), puts every folder holding NVRTC or cuBLASLt on the library path, and records the
 # machine in $OUT/logs/environment.txt.
 #
 # CubeCL compiles every kernel with NVRTC on first use and autotunes matmuls, reductions
@@ -18,6 +18,12 @@ for packed in .gpu/*.gz; do
   [ -e "$packed" ] && gunzip -f "$packed"
 done
 [ -e .gpu/cubecl-cache.tar ] && tar -C "$CACHE" -xf .gpu/cubecl-cache.tar
+# A leanburn kernel cache (../shared/gpu-cache/leanburn-cache-*.tar.gz: one folder lbcache/
+# whose cubecl/ is what CubeCL keeps), copied into CACHE.
+for packed in .gpu/leanburn-cache-*.tar; do
+  [ -e "$packed" ] || continue
+  tar -C /tmp -xf "$packed" && cp -r /tmp/lbcache/cubecl/. "$CACHE"/
+done
 if compgen -G '.gpu/cubecl-cache.tar.gz.part*' >/dev/null; then
   cat .gpu/cubecl-cache.tar.gz.part* | tar -C "$CACHE" -xzf -
 fi
@@ -30,14 +36,20 @@ level = "${AUTOTUNE:-balanced}"
 cache = { file = "$CACHE" }
 TOML
 
-# NVRTC (cubecl-cuda compiles kernels at run time) may live in the toolkit or in pip's
-# nvidia-cuda-nvrtc package; put every directory holding it on the library path.
-nvrtc_dirs=$(find /usr/local/cuda*/lib64 /usr/local/cuda*/targets/*/lib /usr/lib/x86_64-linux-gnu \
-  /opt/torch/.venv/lib/python3*/site-packages/nvidia -name 'libnvrtc.so*' -not -path '*/stubs/*' -printf '%h\n' 2>/dev/null | sort -u | paste -sd:)
-export LD_LIBRARY_PATH="${nvrtc_dirs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+# NVRTC (cubecl-cuda compiles kernels at run time) and cuBLASLt (leanburn's GEMMs) may live
+# in the toolkit or in pip's nvidia-* packages; put every directory holding them on the
+# library path.
+library_dirs() {
+  find /usr/local/cuda*/lib64 /usr/local/cuda*/targets/*/lib /usr/lib/x86_64-linux-gnu \
+    /opt/torch/.venv/lib/python3*/site-packages/nvidia -name "$1" -not -path '*/stubs/*' -printf '%h\n' 2>/dev/null | sort -u | paste -sd:
+}
+nvrtc_dirs=$(library_dirs 'libnvrtc.so*')
+cublaslt_dirs=$(library_dirs 'libcublasLt.so*')
+export LD_LIBRARY_PATH="${nvrtc_dirs}${cublaslt_dirs:+:$cublaslt_dirs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 {
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
   echo "nvrtc: ${nvrtc_dirs:-not found}"
+  echo "cublasLt: ${cublaslt_dirs:-not found}"
   echo "autotune level: ${AUTOTUNE:-balanced}; cached kernels at start: $(find "$CACHE" -type f | wc -l) files"
   python3 -c 'import torch; print("torch", torch.__version__)' 2>&1
 } | tee "$OUT/logs/environment.txt"

@@ -609,5 +609,5 @@ fn run(args: Args) -> Result<(), String> {
     if validation.is_empty() {
         return Err("the validation split is too short for one evaluation batch".into());
     }
-    selection.run(Bench { args, config, data, validation })
+    selection.run_lean(Bench { args, config, data, validation })
 }

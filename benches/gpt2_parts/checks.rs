@@ -102,7 +102,10 @@ impl<B: AutodiffBackend> ModuleVisitor<B> for CopyGrads<'_> {
 }
 
 /// Each parameter's gradient in `grads`, flattened.
-fn gradients<B: AutodiffBackend>(model: &Gpt2<B>, grads: &GradientsParams) -> Vec<Tensor<B::InnerBackend, 1>> {
+pub(crate) fn gradients<B: AutodiffBackend>(
+    model: &Gpt2<B>,
+    grads: &GradientsParams,
+) -> Vec<Tensor<B::InnerBackend, 1>> {
     struct Collect<'a, B: AutodiffBackend>(&'a GradientsParams, Vec<Tensor<B::InnerBackend, 1>>);
     impl<B: AutodiffBackend> ModuleVisitor<B> for Collect<'_, B> {
         fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {

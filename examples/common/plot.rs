@@ -13,7 +13,8 @@ struct Curves {
     mode: &'static str,
     /// (step, loss) of every step that read its loss back.
     train: Vec<(f64, f64)>,
-    /// The same against the training seconds before the step's end.
+    /// The same against the training seconds before the step's end, each process's first
+    /// step left out.
     train_by_time: Vec<(f64, f64)>,
     validation: Vec<(f64, f64)>,
     validation_by_time: Vec<(f64, f64)>,
@@ -34,21 +35,30 @@ impl Curves {
     fn new(mode: Mode, records: &[StepReport], validations: &[leanburn::runner::ValidationPoint]) -> Option<Self> {
         let at = |r: &StepReport| r.step as f64 + 1.0;
         let mib = |bytes: u64| bytes as f64 / (1 << 20) as f64;
+        // Training seconds after each process's first step, whose time is mostly compiling
+        // and tuning kernels (minutes on a cold GPU): the axis shows the pace of training.
         let mut seconds = 0.0;
         let elapsed: Vec<f64> = records
             .iter()
             .map(|r| {
-                seconds += r.seconds;
+                seconds += if r.first_in_process { 0.0 } else { r.seconds };
                 seconds
             })
             .collect();
+        // A validation's seconds count every step before it: take out the first steps'.
+        let start_up_before = |step: usize| -> f64 {
+            records.iter().filter(|r| r.first_in_process && r.step < step).map(|r| r.seconds).sum()
+        };
         let finite = |r: &StepReport| r.loss.filter(|l| l.is_finite());
         Some(Curves {
             mode: mode.name(),
             train: records.iter().filter_map(|r| finite(r).map(|l| (at(r), l))).collect(),
             train_by_time: records.iter().zip(&elapsed).filter_map(|(r, t)| finite(r).map(|l| (*t, l))).collect(),
             validation: validations.iter().map(|p| (p.step as f64, p.validation.loss)).collect(),
-            validation_by_time: validations.iter().map(|p| (p.train_seconds, p.validation.loss)).collect(),
+            validation_by_time: validations
+                .iter()
+                .map(|p| ((p.train_seconds - start_up_before(p.step)).max(0.0), p.validation.loss))
+                .collect(),
             predicted: records.iter().filter(|r| r.predicted && !r.rolled_back).map(at).collect(),
             rolled_back: records.iter().filter(|r| r.rolled_back).map(at).collect(),
             memory_mib: records.iter().filter_map(|r| r.memory.map(|m| (at(r), mib(m.bytes_in_use)))).collect(),
@@ -148,7 +158,7 @@ fn write_plot(runs: &[Curves], path: &Path, model: &str) -> Result<Vec<&'static 
         .build_cartesian_2d(0.0..max_seconds, low..high)?;
     time_chart
         .configure_mesh()
-        .x_desc("training seconds")
+        .x_desc("training seconds after the first step")
         .y_desc("loss")
         .x_label_formatter(&seconds_label)
         .y_label_formatter(&loss_label)

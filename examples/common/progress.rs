@@ -1,6 +1,7 @@
 //! What a run shows while it trains and when it ends: a progress bar drawn from the
 //! runner's events, and the summary.
 
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use burn::optim::Optimizer;
@@ -80,10 +81,12 @@ impl Progress {
                 }
                 if !self.timed_first.replace(true) {
                     // Compiling and autotuning kernels is most of a cold start (docs/gpt2.md).
-                    let since = STARTED
-                        .get()
-                        .map_or(String::new(), |t| format!(", {:.1} s after start", t.elapsed().as_secs_f64()));
-                    self.bar.suspend(|| eprintln!("first step of this process done{since}"));
+                    let after_start = STARTED.get().map(|t| t.elapsed().as_secs_f64());
+                    if let Some(seconds) = after_start {
+                        let _ = FIRST_STEP_DONE.set(seconds);
+                    }
+                    let since = after_start.map_or(String::new(), |s| format!(", {s:.1} s after start"));
+                    self.bar.suspend(|| eprintln!("first step of this process done in {:.1} s{since}", record.seconds));
                 }
                 self.bar.set_message(format!(
                     "{:<7} loss {}  {items_per_second:.0} {item}/s  {}",
@@ -182,6 +185,26 @@ fn next_batch_with_message<H>(mut next_batch: impl FnMut() -> Result<H, Failure>
     move || next_batch().map_err(|failure| failure.message)
 }
 
+/// When this process's first step ended, in seconds after it started.
+static FIRST_STEP_DONE: OnceLock<f64> = OnceLock::new();
+
+/// The run's pace apart from its start-up: items per second after each process's first
+/// step, then all steps counted, and what the first step of this process took.
+fn pace(outcome: &RunOutcome, item: &str) -> String {
+    let overall =
+        format!("{:.0} {item}/s over all {:.1} s of training", outcome.items_per_second(), outcome.train_seconds);
+    let Some(first) = outcome.first_step() else {
+        return overall;
+    };
+    let steady = outcome.steady_items_per_second().map_or("-".into(), |speed| format!("{speed:.0}"));
+    let done = FIRST_STEP_DONE.get().map_or(String::new(), |s| format!(", done {s:.1} s after start"));
+    format!(
+        "{steady} {item}/s after the first step ({overall}); the first step of this process took {:.1} s \
+         (compiling and tuning its kernels){done}",
+        first.seconds
+    )
+}
+
 /// The summary a finished run prints.
 pub fn summary(title: &str, outcome: &RunOutcome, dir: &RunDir, item: &str) -> String {
     let stats = &outcome.statistics;
@@ -190,10 +213,10 @@ pub fn summary(title: &str, outcome: &RunOutcome, dir: &RunDir, item: &str) -> S
     let mut text = format!(
         "\n{title}: {} steps\n\
          train loss (last 10 full steps) {train_loss}, {validation}\n\
-         {:.0} {item}/s over {:.1} s of training; {:.0}% of steps predicted, {} rolled back\n",
+         {}\n\
+         {:.0}% of steps predicted, {} rolled back\n",
         stats.steps,
-        outcome.items_per_second(),
-        outcome.train_seconds,
+        pace(outcome, item),
         stats.predicted_share * 100.0,
         stats.rollbacks,
     );

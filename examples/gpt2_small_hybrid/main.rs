@@ -193,7 +193,7 @@ fn run(args: Args, matches: &ArgMatches) -> Result<(), Failure> {
         };
         let checkpointing = args.execution.checkpointing;
         return selection
-            .run_with(warm_cache::WarmCache { args, config, batch, seq, loss_chunk, precisions }, checkpointing);
+            .run_lean_with(warm_cache::WarmCache { args, config, batch, seq, loss_chunk, precisions }, checkpointing);
     }
     args.execution.check_precision(&selection)?;
     let dir = args.run.open(&args.out)?;
@@ -216,7 +216,8 @@ fn run(args: Args, matches: &ArgMatches) -> Result<(), Failure> {
     let (out, mode, checkpointing) = (args.out.clone(), args.run.mode, args.execution.checkpointing);
     let plan =
         Plan { args, preset, config, batch, seq, steps, lr, loss_chunk, selection: chosen, dir, data, validation };
-    let (summary, outcome) = selection.run_with(plan, checkpointing)?;
+    // On `Lean`: its GEMMs are cuBLASLt's on CUDA; every other op is the backend's own.
+    let (summary, outcome) = selection.run_lean_with(plan, checkpointing)?;
     println!("{summary}");
     plot_runs(&out, mode, &outcome, "gpt2", "GPT-2");
     Ok(())

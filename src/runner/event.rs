@@ -17,13 +17,14 @@ pub enum RunEvent<'a> {
         record: &'a StepReport,
         /// The newest loss read back (steps that left theirs on the device have none).
         last_loss: Option<f64>,
-        /// Items per second of training over the whole run so far.
+        /// Items per second of this process's steps after its first (whose time is
+        /// mostly compiling and tuning kernels on a GPU); until then, of the whole run.
         items_per_second: f64,
     },
     /// The model was validated (at step 0 of a new run, then on the cadence).
     Validated {
         point: &'a ValidationPoint,
-        /// Items per second of training over the whole run so far.
+        /// Items per second as in [`RunEvent::Step`].
         items_per_second: f64,
     },
     /// The weight average was verified against the live weights (before a validation).

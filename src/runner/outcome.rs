@@ -36,9 +36,24 @@ impl RunOutcome {
         self.validations.last().map(|point| point.validation)
     }
 
-    /// Items per second of training.
+    /// Items per second of training, every step's time counted (the first step of each
+    /// process with its kernel compilation and autotuning).
     pub fn items_per_second(&self) -> f64 {
         self.items_seen as f64 / self.train_seconds.max(1e-9)
+    }
+
+    /// Items per second over the steps that were not a process's first: the pace of
+    /// training once its kernels are compiled and tuned. `None` before such a step.
+    pub fn steady_items_per_second(&self) -> Option<f64> {
+        let steady = self.records.iter().filter(|r| !r.first_in_process);
+        let (items, seconds) = steady.fold((0, 0.0), |(items, seconds), r| (items + r.items, seconds + r.seconds));
+        (seconds > 0.0).then(|| items as f64 / seconds)
+    }
+
+    /// This process's first step, whose time is mostly start-up (compiling and autotuning
+    /// the kernels it launched) on a GPU.
+    pub fn first_step(&self) -> Option<&StepReport> {
+        self.records.iter().rev().find(|r| r.first_in_process)
     }
 
     /// The mean of the last `count` losses read on full steps.

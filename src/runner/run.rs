@@ -147,9 +147,11 @@ impl<'a> Runner<'a> {
         let leads = !self.follower;
         if leads && first == 0 && settings.eval_every.is_some() {
             validate_now(0, trainer, &mut outcome)?;
-            tell_validated(&outcome, &mut on_event);
+            tell_validated(&outcome, outcome.items_per_second(), &mut on_event);
         }
 
+        // Items and seconds of the steps after this process's first (the progress's pace).
+        let mut steady = (0, 0.0);
         let mut last_loss = outcome.records.iter().rev().find_map(|r| r.loss);
         for step in first + 1..=settings.steps {
             let batches = (0..micro_batches).map(|_| draw(step)).collect::<Result<Vec<H>, RunError>>()?;
@@ -169,7 +171,10 @@ impl<'a> Runner<'a> {
             if step > first + settings.settle && outcome.settled.is_none() {
                 outcome.settled = record.memory;
             }
-            on_event(RunEvent::Step { record: &record, last_loss, items_per_second: outcome.items_per_second() });
+            if !record.first_in_process {
+                steady = (steady.0 + record.items, steady.1 + record.seconds);
+            }
+            on_event(RunEvent::Step { record: &record, last_loss, items_per_second: pace(steady, &outcome) });
             outcome.records.push(record);
 
             if settings.validates_at(step) && trainer.weight_average().is_some() {
@@ -183,7 +188,7 @@ impl<'a> Runner<'a> {
             }
             if leads && settings.validates_at(step) {
                 validate_now(step, trainer, &mut outcome)?;
-                tell_validated(&outcome, &mut on_event);
+                tell_validated(&outcome, pace(steady, &outcome), &mut on_event);
             }
             if leads && settings.checkpoints_at(step) {
                 let dir = self.dir.expect("checked above: checkpoints have a directory");
@@ -214,7 +219,16 @@ impl<'a> Runner<'a> {
     }
 }
 
-fn tell_validated(outcome: &RunOutcome, on_event: &mut impl FnMut(RunEvent<'_>)) {
+/// Items per second of `steady`'s `(items, seconds)`, or the whole run's before it has any.
+fn pace((items, seconds): (usize, f64), outcome: &RunOutcome) -> f64 {
+    if seconds > 0.0 {
+        items as f64 / seconds
+    } else {
+        outcome.items_per_second()
+    }
+}
+
+fn tell_validated(outcome: &RunOutcome, items_per_second: f64, on_event: &mut impl FnMut(RunEvent<'_>)) {
     let point = outcome.validations.last().expect("just validated");
-    on_event(RunEvent::Validated { point, items_per_second: outcome.items_per_second() });
+    on_event(RunEvent::Validated { point, items_per_second });
 }

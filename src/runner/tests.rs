@@ -166,8 +166,40 @@ fn a_resumed_run_continues_the_batch_stream_and_holds_the_whole_history() {
         &losses(&resumed.records),
         "on disk",
     );
+    // Each process's first step is marked (its time is the start-up's), on disk too; the
+    // uninterrupted run, one process, has one.
+    let firsts =
+        |records: &[crate::trainer::StepReport]| records.iter().map(|r| r.first_in_process).collect::<Vec<_>>();
+    assert_eq!(firsts(&resumed.records), [true, false, false, true, false, false]);
+    assert_eq!(firsts(&RunDir::existing(&split, "hybrid").history().unwrap().records), firsts(&resumed.records));
+    assert_eq!(firsts(&uninterrupted.records), [true, false, false, false, false, false]);
     let _ = fs::remove_dir_all(whole);
     let _ = fs::remove_dir_all(split);
+}
+
+/// The steady pace leaves each process's first step out; the whole run's counts it.
+#[test]
+fn the_steady_pace_leaves_out_each_process_first_step() {
+    let dir = RunDir::open(scratch("pace"), "full", StartMode::Fresh).unwrap();
+    let mut outcome = run_to(&dir, 3).unwrap();
+    let step = |first_in_process: bool, seconds: f64| crate::trainer::StepReport {
+        first_in_process,
+        seconds,
+        items: 100,
+        ..outcome.records[0].clone()
+    };
+    outcome.records = vec![step(true, 10.0), step(false, 1.0), step(false, 1.0), step(true, 5.0), step(false, 2.0)];
+    (outcome.items_seen, outcome.train_seconds) = (500, 19.0);
+    assert_eq!(outcome.steady_items_per_second(), Some(300.0 / 4.0));
+    assert_eq!(outcome.first_step().map(|r| r.seconds), Some(5.0), "this process's, the newest");
+    assert!((outcome.items_per_second() - 500.0 / 19.0).abs() < 1e-12);
+    // The control: records of a version without the mark count every step.
+    outcome.records.iter_mut().for_each(|r| r.first_in_process = false);
+    assert_eq!(outcome.steady_items_per_second(), Some(500.0 / 19.0));
+    assert!(outcome.first_step().is_none());
+    outcome.records.truncate(0);
+    assert_eq!(outcome.steady_items_per_second(), None);
+    let _ = fs::remove_dir_all(scratch("pace"));
 }
 
 #[test]

@@ -209,7 +209,7 @@ impl fmt::Display for Selection {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.chosen {
             #[cfg(feature = "cuda")]
-            Chosen::Cuda { ordinal } => write!(f, "backend cuda, device {ordinal}")?,
+            Chosen::Cuda { ordinal } => write!(f, "backend cuda, device {ordinal}, {}", crate::backend::vendor_gemm())?,
             Chosen::Wgpu { adapter, .. } => write!(f, "backend wgpu, adapter {adapter}")?,
             Chosen::Cpu => f.write_str("backend cpu (flex)")?,
         }

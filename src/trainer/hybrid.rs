@@ -71,6 +71,8 @@ where
     pub(super) feedback: Option<Feedback<B, M, T>>,
     /// The weight average's tensors (`with_weight_average`; its books are in `state`).
     pub(crate) average: WeightAverage<B::InnerBackend, T>,
+    /// Whether this process has taken a step (its first one's record says so).
+    pub(super) stepped: bool,
     pub(super) batch: PhantomData<fn(T)>,
 }
 
@@ -145,6 +147,7 @@ where
             selection: None,
             feedback: None,
             average: WeightAverage::new(),
+            stepped: false,
             batch: PhantomData,
         }
     }

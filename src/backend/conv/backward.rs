@@ -12,6 +12,7 @@ use leanburn_kernels::ConvGeometry;
 
 use super::rows::row_tiles;
 use super::{chunks, contiguous, conv_geometry, float, plan_chunk, ChunkedConv};
+use crate::backend::gemm;
 
 /// A part of the output gradient (`[len, out, rows, out_w]`: whole images or one image's
 /// row tile) as `[groups, out/groups, len · rows · out_w]`.
@@ -77,7 +78,7 @@ pub(crate) fn adjoint<B: ChunkedConv>(
     // [groups, rows per group, out per group]
     let weights_t = contiguous(weight.reshape([groups, out_channels / groups, rows_per_group]).swap_dims(1, 2));
     let columns_of = |grad: Tensor<B, 3>, cols: usize| {
-        weights_t.clone().matmul(grad).reshape([geometry.col_rows(), cols]).into_primitive().tensor()
+        gemm(weights_t.clone(), grad).reshape([geometry.col_rows(), cols]).into_primitive().tensor()
     };
     if plan.row_tiles > 1 {
         // Tiles overlap in the input: their gradients are added into a zeroed one.
@@ -128,7 +129,7 @@ pub(crate) fn conv2d_weight_backward<B: ChunkedConv>(
             rows_per_group,
             len * geometry.col_cols_per_image(),
         ]);
-        columns.matmul(grad_rows(grad, groups))
+        gemm(columns, grad_rows(grad, groups))
     };
     let mut weight_grad: Option<Tensor<B, 3>> = None;
     let mut add = |part: Tensor<B, 3>| {

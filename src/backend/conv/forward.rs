@@ -8,6 +8,7 @@ use leanburn_kernels::ConvGeometry;
 
 use super::rows::row_tiles;
 use super::{chunks, contiguous, conv_geometry, float, plan_chunk, ChunkedConv};
+use crate::backend::gemm;
 
 pub(crate) fn conv2d<B: ChunkedConv>(
     x: FloatTensor<B>,
@@ -35,7 +36,7 @@ pub(crate) fn conv2d<B: ChunkedConv>(
             float::<B, 2>(B::im2col(image, geometry, start, len)).reshape([groups, rows_per_group, len * rows * out_w]);
         // Split dims while contiguous, then permute: Burn 0.21's CubeCL reshape computes
         // wrong strides when it splits a permuted tensor with unit dims.
-        let out = weights.clone().matmul(columns).reshape([out_channels, len, rows, out_w]).swap_dims(0, 1);
+        let out = gemm(weights.clone(), columns).reshape([out_channels, len, rows, out_w]).swap_dims(0, 1);
         match &bias {
             Some(bias) => out + bias.clone(),
             None => out,

@@ -22,12 +22,14 @@ use burn_backend::tensor::FloatTensor;
 use burn_backend::Backend;
 use leanburn_kernels::ConvGeometry;
 
+use super::gemm::GemmOps;
+
 /// How a backend moves pixels between an image and a column matrix.
 ///
 /// `columns` is `[channels · kh · kw, chunk · out_h · out_w]` (see `leanburn-kernels`);
 /// `image` is the whole `[batch, channels, h, w]` tensor and the chunk is the images
 /// `batch_offset .. batch_offset + chunk`.
-pub trait ChunkedConv: Backend {
+pub trait ChunkedConv: GemmOps {
     /// Column-matrix-sized buffers alive at once inside [`Self::im2col`]: what the chunk
     /// planner charges per image.
     fn im2col_copies() -> usize {

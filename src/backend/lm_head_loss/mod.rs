@@ -27,10 +27,11 @@ use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElemen
 use burn_fusion::{Fusion, FusionBackend};
 
 use super::conv::ChunkedConv;
+use super::gemm::{gemm, GemmOps};
 use super::Lean;
 
 /// A backend with the LM head's loss and gradients as one op; see the [module docs](self).
-pub trait LmHeadLossOps: Backend {
+pub trait LmHeadLossOps: GemmOps {
     /// The mean cross-entropy of `hidden · weightᵀ` (`hidden` `[tokens, d]`, `weight`
     /// `[vocab, d]`) against `targets` (`[tokens]`, ids below `vocab`), with at most `chunk`
     /// tokens of logits alive at once: `[loss, grad_hidden, grad_weight]`, the loss `[1]` in
@@ -67,7 +68,7 @@ pub trait LmHeadLossOps: Backend {
 
 impl LmHeadLossOps for NdArray {}
 
-impl<B: FusionBackend> LmHeadLossOps for Fusion<B> {}
+impl<B: FusionBackend + GemmOps> LmHeadLossOps for Fusion<B> {}
 
 impl<R, F, I, BT> LmHeadLossOps for CubeBackend<R, F, I, BT>
 where
@@ -113,8 +114,9 @@ impl<B: LmHeadLossOps, C: CheckpointStrategy> LmHeadLossOps for Autodiff<B, C> {
     }
 }
 
-/// [`LmHeadLossOps::lm_head_loss_grads`] composed of `B`'s tensor ops, the logits in f32.
-pub(crate) fn composed<B: Backend>(
+/// [`LmHeadLossOps::lm_head_loss_grads`] composed of `B`'s tensor ops, the logits in f32,
+/// the products on `B`'s GEMM.
+pub(crate) fn composed<B: GemmOps>(
     hidden: FloatTensor<B>,
     weight: FloatTensor<B>,
     targets: IntTensor<B>,
@@ -135,7 +137,7 @@ pub(crate) fn composed<B: Backend>(
     for (start, len) in chunks(tokens, chunk) {
         let h_chunk = h.clone().narrow(0, start, len);
         let t_chunk = targets.clone().narrow(0, start, len).reshape([len, 1]);
-        let logits = in_f32(h_chunk.clone().matmul(w_t.clone()));
+        let logits = in_f32(gemm(h_chunk.clone(), w_t.clone()));
         let softmax = ChunkSoftmax::new(logits, t_chunk.clone());
         loss = loss + softmax.nll;
         // (softmax − onehot) / n, built in place of the chunk's exponentials.
@@ -143,8 +145,8 @@ pub(crate) fn composed<B: Backend>(
         let minus_scale = Tensor::full([len, 1], -scale, &h.device());
         let grad_logits =
             (softmax.exp * row_scale).scatter(1, t_chunk, minus_scale, IndexingUpdateOp::Add).cast(compute);
-        grad_hidden.push(grad_logits.clone().matmul(w.clone()));
-        grad_weight = grad_weight + grad_logits.transpose().matmul(h_chunk);
+        grad_hidden.push(gemm(grad_logits.clone(), w.clone()));
+        grad_weight = grad_weight + gemm(grad_logits.transpose(), h_chunk);
     }
     let loss = loss.mul_scalar(scale);
     let gradients = [Tensor::cat(grad_hidden, 0), grad_weight].map(|tensor| tensor.into_primitive().tensor());
@@ -152,8 +154,9 @@ pub(crate) fn composed<B: Backend>(
     [loss.into_primitive().tensor(), grad_hidden, grad_weight]
 }
 
-/// [`LmHeadLossOps::lm_head_token_losses`] composed of `B`'s tensor ops, the logits in f32.
-pub(crate) fn composed_token_losses<B: Backend>(
+/// [`LmHeadLossOps::lm_head_token_losses`] composed of `B`'s tensor ops, the logits in f32,
+/// the products on `B`'s GEMM.
+pub(crate) fn composed_token_losses<B: GemmOps>(
     hidden: FloatTensor<B>,
     weight: FloatTensor<B>,
     targets: IntTensor<B>,
@@ -166,7 +169,7 @@ pub(crate) fn composed_token_losses<B: Backend>(
     let tokens = hidden.dims()[0];
     let losses = chunks(tokens, chunk)
         .map(|(start, len)| {
-            let logits = hidden.clone().narrow(0, start, len).matmul(weight_t.clone());
+            let logits = gemm(hidden.clone().narrow(0, start, len), weight_t.clone());
             let targets = targets.clone().narrow(0, start, len).reshape([len, 1]);
             ChunkSoftmax::new(in_f32(logits), targets).row_nll
         })

@@ -19,6 +19,11 @@ impl<B: ChunkedConv> FloatTensorOps<Self> for Lean<B> {
         B::float_into_data(tensor)
     }
 
+    /// Every product on `B`'s GEMM: the vendor's where `B` has it (cuBLASLt on CUDA).
+    fn float_matmul(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>) -> FloatTensor<Self> {
+        B::gemm(lhs, rhs)
+    }
+
     forward! {
         fn float_from_data(data: TensorData, device: &Device<Self>) -> FloatTensor<Self>;
         fn float_random(
@@ -57,7 +62,6 @@ impl<B: ChunkedConv> FloatTensorOps<Self> for Lean<B> {
         fn float_div_scalar(lhs: FloatTensor<Self>, rhs: Scalar) -> FloatTensor<Self>;
         fn float_remainder(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>) -> FloatTensor<Self>;
         fn float_remainder_scalar(lhs: FloatTensor<Self>, rhs: Scalar) -> FloatTensor<Self>;
-        fn float_matmul(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>) -> FloatTensor<Self>;
         fn float_cross(
             lhs: FloatTensor<Self>,
             rhs: FloatTensor<Self>,

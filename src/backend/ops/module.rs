@@ -16,6 +16,7 @@ use burn_backend::ops::{
 use burn_backend::tensor::{BoolTensor, FloatTensor, IntTensor};
 
 use super::forward::forward;
+use crate::backend::gemm;
 use crate::backend::{ChunkedConv, Lean};
 
 impl<B: ChunkedConv> ModuleOps<Self> for Lean<B> {
@@ -150,25 +151,37 @@ impl<B: ChunkedConv> ModuleOps<Self> for Lean<B> {
         MaxPool2dBackward { x_grad: grads.x_grad }
     }
 
+    // The linear layers' products on the vendor's GEMM where `B` has it, `B`'s own otherwise.
+    fn linear(x: FloatTensor<Self>, weight: FloatTensor<Self>, bias: Option<FloatTensor<Self>>) -> FloatTensor<Self> {
+        if B::vendor_gemm(&B::float_device(&x)) {
+            gemm::linear::<B>(x, weight, bias)
+        } else {
+            B::linear(x, weight, bias)
+        }
+    }
+
+    fn linear_x_backward(weight: FloatTensor<Self>, output_grad: FloatTensor<Self>) -> FloatTensor<Self> {
+        if B::vendor_gemm(&B::float_device(&weight)) {
+            gemm::linear_x_backward::<B>(weight, output_grad)
+        } else {
+            B::linear_x_backward(weight, output_grad)
+        }
+    }
+
+    fn linear_weight_backward(x: FloatTensor<Self>, output_grad: FloatTensor<Self>) -> FloatTensor<Self> {
+        if B::vendor_gemm(&B::float_device(&x)) {
+            gemm::linear_weight_backward::<B>(x, output_grad)
+        } else {
+            B::linear_weight_backward(x, output_grad)
+        }
+    }
+
     forward! {
         fn embedding(weights: FloatTensor<Self>, indices: IntTensor<Self>) -> FloatTensor<Self>;
         fn embedding_backward(
             weights: FloatTensor<Self>,
             output_grad: FloatTensor<Self>,
             indices: IntTensor<Self>,
-        ) -> FloatTensor<Self>;
-        fn linear(
-            x: FloatTensor<Self>,
-            weight: FloatTensor<Self>,
-            bias: Option<FloatTensor<Self>>,
-        ) -> FloatTensor<Self>;
-        fn linear_x_backward(
-            weight: FloatTensor<Self>,
-            output_grad: FloatTensor<Self>,
-        ) -> FloatTensor<Self>;
-        fn linear_weight_backward(
-            x: FloatTensor<Self>,
-            output_grad: FloatTensor<Self>,
         ) -> FloatTensor<Self>;
         fn linear_bias_backward(output_grad: FloatTensor<Self>) -> FloatTensor<Self>;
         fn conv1d(

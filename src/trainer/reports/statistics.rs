@@ -141,6 +141,7 @@ mod tests {
     fn record(phase: Phase, seconds: f64, in_use: u64, rolled_back: bool) -> StepReport {
         StepReport {
             selection: None,
+            first_in_process: false,
             step: 0,
             optimizer_step: 0,
             phase,

@@ -78,6 +78,11 @@ pub struct StepReport {
     /// On a full step that selected its examples: how many it scored and kept.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub selection: Option<SelectionCount>,
+    /// Whether this was the first step of its process: its `seconds` include compiling and
+    /// autotuning the kernels it launched (minutes on a GPU with a cold cache), the start-up
+    /// rather than the pace of training. Absent (false) in records of earlier versions.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub first_in_process: bool,
 }
 
 /// Examples a selecting step scored (forward only) and kept (forward and backward), over
@@ -160,6 +165,7 @@ mod tests {
     fn record(step: usize, loss: f64) -> StepReport {
         StepReport {
             selection: None,
+            first_in_process: false,
             step,
             optimizer_step: step,
             phase: Phase::Predict,

@@ -159,7 +159,9 @@ where
             gain: outcome.gain,
             efficiency: outcome.efficiency,
             selection: outcome.selection,
+            first_in_process: !self.stepped,
         };
+        self.stepped = true;
         self.state.step += 1;
         self.state.statistics.observe(&record);
         if let Some(loss) = record.loss {

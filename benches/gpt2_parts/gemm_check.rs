@@ -1,0 +1,306 @@
+//! The `gemm-check` part: `Lean`'s matmul (cuBLASLt on CUDA) against the backend's own
+//! matmul (`LEANBURN_GEMM=cubecl`'s path: CubeCL's on CUDA and wgpu, Flex's on the CPU) and
+//! a host f64 reference, over random shapes, transposed and sliced views and broadcast
+//! batches, in each float type the device computes; then one GPT-2 step's loss and
+//! gradients with the vendor's GEMM and without.
+//!
+//! The error of one output element is `|out − ref| / Σₚ |aᵢₚ·bₚⱼ|` (the reference in f64 on
+//! the inputs as the device holds them): at most the products' and the sum's rounding.
+//! Tolerances: strict f32 1e-5; TF32 2e-3 (10-bit products); f16 2e-3 (its 11-bit output);
+//! bf16 8e-3 (its 8-bit output). The control: the reference with its columns rotated by
+//! one, what an off-by-one leading dimension would give, must fail the same check.
+
+use burn::tensor::backend::Backend;
+use burn::tensor::{Distribution, ElementConversion, FloatDType, Tensor};
+use leanburn::backend::{set_f32_gemm, set_vendor_gemm, vendor_gemm, F32Gemm};
+use leanburn::model::Gpt2Config;
+use leanburn::trainer::ForwardLoss;
+use leanburn::TrainBackend;
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+
+use super::Args;
+
+/// One float type and how f32 products are computed, with its tolerance.
+struct Precision {
+    name: &'static str,
+    dtype: FloatDType,
+    f32: F32Gemm,
+    tolerance: f64,
+}
+
+const PRECISIONS: [Precision; 4] = [
+    Precision { name: "f32 (strict)", dtype: FloatDType::F32, f32: F32Gemm::Strict, tolerance: 1e-5 },
+    Precision { name: "f32 (TF32)", dtype: FloatDType::F32, f32: F32Gemm::Tf32, tolerance: 2e-3 },
+    Precision { name: "f16", dtype: FloatDType::F16, f32: F32Gemm::Tf32, tolerance: 2e-3 },
+    Precision { name: "bf16", dtype: FloatDType::BF16, f32: F32Gemm::Tf32, tolerance: 8e-3 },
+];
+
+/// Runs the check and prints a line per precision; `Err` names what failed.
+pub fn run<B: TrainBackend>(args: &Args, config: &Gpt2Config, seq: usize, device: &B::Device) -> Result<(), String> {
+    eprintln!("gemm-check: {}", vendor_gemm());
+    let mut failures = Vec::new();
+    for precision in &PRECISIONS {
+        if !B::InnerBackend::supports_dtype(device, precision.dtype.into()) {
+            eprintln!("gemm-check {}: not computed by this device, skipped", precision.name);
+            continue;
+        }
+        set_f32_gemm(precision.f32);
+        let mut rng = SmallRng::seed_from_u64(args.seed);
+        let mut worst = Worst::default();
+        for case in 0..args.gemm_cases {
+            let shapes = Shapes::random(&mut rng, case % 2 == 0);
+            worst.add(check_case::<B::InnerBackend>(&shapes, precision, &mut rng, device));
+        }
+        let verdict = worst.verdict(precision.tolerance);
+        eprintln!("gemm-check {}: {} cases; {verdict}", precision.name, args.gemm_cases);
+        if !worst.passed(precision.tolerance) {
+            failures.push(precision.name);
+        }
+    }
+    set_f32_gemm(F32Gemm::Tf32);
+    if let Err(step) = gpt2_step::<B>(args, config, seq, device) {
+        failures.push(step);
+    }
+    set_vendor_gemm(true);
+    if failures.is_empty() {
+        Ok(())
+    } else {
+        Err(format!("gemm-check failed: {}", failures.join(", ")))
+    }
+}
+
+/// One product's sizes and views.
+#[derive(Debug)]
+struct Shapes {
+    /// Batch dimensions of the output (none for a plain matrix product).
+    batch: Vec<usize>,
+    /// `rhs`'s batch dimensions broadcast (size 1) where true.
+    rhs_broadcast: Vec<bool>,
+    m: usize,
+    k: usize,
+    n: usize,
+    /// Operands made as transposed views (as autodiff's backward passes them).
+    lhs_transposed: bool,
+    rhs_transposed: bool,
+    /// `lhs` a slice of a wider tensor (an offset and padded rows).
+    lhs_sliced: bool,
+}
+
+impl Shapes {
+    fn random(rng: &mut SmallRng, matrix: bool) -> Self {
+        let size = |rng: &mut SmallRng| [1, 3, 17, 64, 100, 128, 257][rng.random_range(0..7)];
+        let batch: Vec<usize> =
+            if matrix { Vec::new() } else { vec![rng.random_range(1..=2), rng.random_range(1..=3)] };
+        Self {
+            rhs_broadcast: batch.iter().map(|_| rng.random_bool(0.3)).collect(),
+            batch,
+            m: size(rng),
+            k: size(rng),
+            n: size(rng),
+            lhs_transposed: rng.random_bool(0.4),
+            rhs_transposed: rng.random_bool(0.4),
+            lhs_sliced: rng.random_bool(0.3),
+        }
+    }
+}
+
+/// The largest error and control error over the cases, against the vendor and against
+/// the backend's own matmul.
+#[derive(Default)]
+struct Worst {
+    vendor: f64,
+    own: f64,
+    /// The smallest error of the control (each case's must exceed the tolerance).
+    control: f64,
+    controls: usize,
+}
+
+impl Worst {
+    fn add(&mut self, [vendor, own, control]: [Option<f64>; 3]) {
+        self.vendor = self.vendor.max(vendor.unwrap_or(0.0));
+        self.own = self.own.max(own.unwrap_or(0.0));
+        if let Some(control) = control {
+            self.control = if self.controls == 0 { control } else { self.control.min(control) };
+            self.controls += 1;
+        }
+    }
+
+    fn passed(&self, tolerance: f64) -> bool {
+        self.vendor <= tolerance && self.own <= tolerance && (self.controls == 0 || self.control > tolerance)
+    }
+
+    fn verdict(&self, tolerance: f64) -> String {
+        format!(
+            "worst error {:.1e} ({}), the backend's own matmul {:.1e}, tolerance {tolerance:.0e}; \
+             the control's smallest {:.1e} over {} cases ({})",
+            self.vendor,
+            if self.vendor <= tolerance { "pass" } else { "FAIL" },
+            self.own,
+            self.control,
+            self.controls,
+            if self.controls == 0 || self.control > tolerance { "caught" } else { "NOT CAUGHT" },
+        )
+    }
+}
+
+/// `[vendor error, own error, control error]` of one product.
+fn check_case<B: Backend>(
+    shapes: &Shapes,
+    precision: &Precision,
+    rng: &mut SmallRng,
+    device: &B::Device,
+) -> [Option<f64>; 3] {
+    let Shapes { batch, m, k, n, .. } = shapes;
+    let rhs_batch: Vec<usize> =
+        batch.iter().zip(&shapes.rhs_broadcast).map(|(&d, &broadcast)| if broadcast { 1 } else { d }).collect();
+    let seed = rng.random_range(0..u64::MAX / 2);
+    B::seed(device, seed);
+    let lhs = operand::<B>(batch, *m, *k, shapes.lhs_transposed, shapes.lhs_sliced, precision.dtype, device);
+    let rhs = operand::<B>(&rhs_batch, *k, *n, shapes.rhs_transposed, false, precision.dtype, device);
+    let (lhs_host, rhs_host) = (host(&lhs), host(&rhs));
+    let reference = reference(batch, &shapes.rhs_broadcast, *m, *k, *n, &lhs_host, &rhs_host);
+    set_vendor_gemm(true);
+    let vendor = host(&product(&lhs, &rhs));
+    set_vendor_gemm(false);
+    let own = host(&product(&lhs, &rhs));
+    set_vendor_gemm(true);
+    let rotated = (*n > 1).then(|| rotate_columns(&reference, *n));
+    [Some(error(&vendor, &reference)), Some(error(&own, &reference)), rotated.map(|rotated| error(&vendor, &rotated))]
+}
+
+/// `[batch.., rows, cols]` random values of `dtype`, made as asked (a transposed view, or a
+/// slice of a wider tensor).
+fn operand<B: Backend>(
+    batch: &[usize],
+    rows: usize,
+    cols: usize,
+    transposed: bool,
+    sliced: bool,
+    dtype: FloatDType,
+    device: &B::Device,
+) -> Tensor<B, 4> {
+    let mut dims = [1; 4];
+    dims[2 - batch.len()..2].copy_from_slice(batch);
+    let normal = Distribution::Normal(0.0, 1.0);
+    let (rows_made, cols_made) = if transposed { (cols, rows) } else { (rows, cols + 3 * usize::from(sliced)) };
+    dims[2..].copy_from_slice(&[rows_made, cols_made]);
+    let made = Tensor::<B, 4>::random(dims, normal, device).cast(dtype);
+    match (transposed, sliced) {
+        (true, _) => made.swap_dims(2, 3),
+        (false, true) => made.narrow(3, 1, cols),
+        (false, false) => made,
+    }
+}
+
+/// `lhs · rhs` on the backend, its batch dimensions as they were made.
+fn product<B: Backend>(lhs: &Tensor<B, 4>, rhs: &Tensor<B, 4>) -> Tensor<B, 4> {
+    lhs.clone().matmul(rhs.clone())
+}
+
+fn host<B: Backend>(tensor: &Tensor<B, 4>) -> Vec<f64> {
+    let values: Vec<f32> = tensor.clone().into_data().convert::<f32>().to_vec().expect("f32 values");
+    values.into_iter().map(f64::from).collect()
+}
+
+/// `(value, Σ|a·b|)` of each output element, in f64, over the logical (contiguous) values.
+fn reference(
+    batch: &[usize],
+    rhs_broadcast: &[bool],
+    m: usize,
+    k: usize,
+    n: usize,
+    lhs: &[f64],
+    rhs: &[f64],
+) -> Vec<(f64, f64)> {
+    let batches: usize = batch.iter().product();
+    let mut out = Vec::with_capacity(batches * m * n);
+    for entry in 0..batches {
+        // The rhs entry: broadcast dimensions stay at 0.
+        let (mut rest, mut rhs_entry, mut scale) = (entry, 0, 1);
+        for dim in (0..batch.len()).rev() {
+            let index = rest % batch[dim];
+            rest /= batch[dim];
+            if !rhs_broadcast[dim] {
+                rhs_entry += index * scale;
+                scale *= batch[dim];
+            }
+        }
+        let (a, b) = (&lhs[entry * m * k..], &rhs[rhs_entry * k * n..]);
+        for i in 0..m {
+            for j in 0..n {
+                let products = (0..k).map(|p| a[i * k + p] * b[p * n + j]);
+                out.push(products.fold((0.0, 0.0), |(sum, abs), x| (sum + x, abs + x.abs())));
+            }
+        }
+    }
+    out
+}
+
+/// The reference with each row's columns rotated by one.
+fn rotate_columns(reference: &[(f64, f64)], n: usize) -> Vec<(f64, f64)> {
+    reference.chunks(n).flat_map(|row| row.iter().cycle().skip(1).take(n).copied()).collect()
+}
+
+/// The largest `|out − ref| / Σ|a·b|` (`Σ|a·b|` at least the smallest normal f32).
+fn error(out: &[f64], reference: &[(f64, f64)]) -> f64 {
+    assert_eq!(out.len(), reference.len(), "the product's shape");
+    out.iter()
+        .zip(reference)
+        .map(|(o, (r, scale))| (o - r).abs() / scale.max(f64::from(f32::MIN_POSITIVE)))
+        .fold(0.0, f64::max)
+}
+
+/// One GPT-2 step's loss and gradients with the vendor's GEMM and with the backend's own
+/// (both round f32 products to TF32 on CUDA, in different orders: each gradient within 2e-2 of
+/// its norm, the loss within 1e-3); the control: the gradients of another batch, which must differ more.
+fn gpt2_step<B: TrainBackend>(
+    args: &Args,
+    config: &Gpt2Config,
+    seq: usize,
+    device: &B::Device,
+) -> Result<(), &'static str> {
+    let (model, _, host) = super::training::<B>(args, config, seq, device);
+    let (_, _, other) = super::training::<B>(&Args { seed: args.seed + 1, ..args.clone() }, config, seq, device);
+    let run = |vendor: bool, batch: &leanburn::data::HostBatch| {
+        set_vendor_gemm(vendor);
+        let loss = model.clone().forward_loss(batch.to_device::<B>(device));
+        let value = loss.clone().into_scalar().elem::<f64>();
+        let grads = burn::optim::GradientsParams::from_grads(loss.backward(), &model);
+        let flat = super::checks::gradients::<B>(&model, &grads).into_iter().map(|g| host_1d(&g)).collect::<Vec<_>>();
+        (value, flat)
+    };
+    let (with, without, control) = (run(true, &host), run(false, &host), run(true, &other));
+    set_vendor_gemm(true);
+    let relative = |a: &[Vec<f64>], b: &[Vec<f64>]| {
+        a.iter().zip(b).map(|(x, y)| norm_of_difference(x, y) / norm(y).max(f64::MIN_POSITIVE)).fold(0.0, f64::max)
+    };
+    let gradients = relative(&with.1, &without.1);
+    let control_gap = relative(&control.1, &without.1);
+    let loss = (with.0 - without.0).abs() / without.0.abs();
+    let passed = loss <= 1e-3 && gradients <= 2e-2 && control_gap > 2e-2;
+    eprintln!(
+        "gemm-check GPT-2 step ({}, batch {} × {seq}): loss {:.6} with the vendor's GEMM, {:.6} without (relative {loss:.1e}); \
+         worst gradient ‖with − without‖/‖without‖ {gradients:.1e} (tolerance 2e-2); another batch's {control_gap:.1e} \
+         (the control) — {}",
+        args.preset,
+        args.batch,
+        with.0,
+        without.0,
+        if passed { "pass" } else { "FAIL" }
+    );
+    passed.then_some(()).ok_or("the GPT-2 step")
+}
+
+fn host_1d<B: Backend>(tensor: &Tensor<B, 1>) -> Vec<f64> {
+    let values: Vec<f32> = tensor.clone().into_data().convert::<f32>().to_vec().expect("f32 values");
+    values.into_iter().map(f64::from).collect()
+}
+
+fn norm(x: &[f64]) -> f64 {
+    x.iter().map(|v| v * v).sum::<f64>().sqrt()
+}
+
+fn norm_of_difference(x: &[f64], y: &[f64]) -> f64 {
+    x.iter().zip(y).map(|(a, b)| (a - b) * (a - b)).sum::<f64>().sqrt()
+}

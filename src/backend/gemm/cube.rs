@@ -1,0 +1,35 @@
+//! [`GemmOps`] on CubeCL backends: cuBLASLt where the runtime is CUDA and the library is
+//! there, CubeCL's matmul (Burn's `float_matmul`) everywhere else.
+
+use burn_backend::ops::FloatTensorOps;
+use burn_backend::tensor::FloatTensor;
+use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElement};
+
+use super::GemmOps;
+
+impl<R, F, I, BT> GemmOps for CubeBackend<R, F, I, BT>
+where
+    R: CubeRuntime,
+    F: FloatElement,
+    I: IntElement,
+    BT: BoolElement,
+{
+    fn vendor_gemm(device: &Self::Device) -> bool {
+        let _ = device;
+        #[cfg(feature = "cuda")]
+        {
+            super::cublaslt::serves::<R>()
+        }
+        #[cfg(not(feature = "cuda"))]
+        false
+    }
+
+    fn gemm(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>) -> FloatTensor<Self> {
+        #[cfg(feature = "cuda")]
+        let (lhs, rhs) = match super::cublaslt::gemm::<R>(lhs, rhs) {
+            Ok(product) => return product,
+            Err(operands) => *operands,
+        };
+        <Self as FloatTensorOps<Self>>::float_matmul(lhs, rhs)
+    }
+}

@@ -1,0 +1,72 @@
+//! [`GemmOps`] on Burn's fused backends: where the inner backend runs the vendor's GEMM,
+//! one Fusion custom operation that runs the inner backend's `gemm` on its inputs' handles
+//! when the stream executes; elsewhere Fusion's own matmul (which it may fuse with the
+//! element-wise ops around it), as before.
+
+use core::marker::PhantomData;
+
+use burn_backend::ops::FloatTensorOps;
+use burn_backend::tensor::FloatTensor;
+use burn_backend::Shape;
+use burn_fusion::stream::Operation;
+use burn_fusion::{Fusion, FusionBackend, FusionRuntime};
+use burn_ir::{CustomOpIr, HandleContainer};
+
+use super::layout::output_shape;
+use super::GemmOps;
+use crate::backend::custom_op::queue_custom;
+
+#[derive(Debug)]
+struct QueuedGemm<B> {
+    desc: CustomOpIr,
+    _backend: PhantomData<B>,
+}
+
+impl<B: FusionBackend + GemmOps> Operation<B::FusionRuntime> for QueuedGemm<B> {
+    fn execute(&self, handles: &mut HandleContainer<<B::FusionRuntime as FusionRuntime>::FusionHandle>) {
+        #[cfg(test)]
+        EXECUTED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let [lhs, rhs] = [0, 1].map(|i| handles.get_float_tensor::<B>(&self.desc.inputs[i]));
+        handles.register_float_tensor::<B>(&self.desc.outputs[0].id, B::gemm(lhs, rhs));
+    }
+}
+
+impl<B: FusionBackend + GemmOps> GemmOps for Fusion<B> {
+    fn vendor_gemm(device: &Self::Device) -> bool {
+        B::vendor_gemm(device)
+    }
+
+    fn gemm(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>) -> FloatTensor<Self> {
+        let queued = queue_gemm() || B::vendor_gemm(lhs.client.device());
+        let shape = output_shape(lhs.shape.as_slice(), rhs.shape.as_slice());
+        match shape {
+            Some(shape) if queued && lhs.dtype == rhs.dtype => {
+                let output = (Shape::from(shape), lhs.dtype);
+                let [product] =
+                    queue_custom::<B, _, 1>("leanburn_gemm", vec![lhs, rhs], [output], |desc| QueuedGemm::<B> {
+                        desc,
+                        _backend: PhantomData,
+                    });
+                product
+            }
+            // Fusion's matmul, which also says what is wrong with shapes that do not multiply.
+            _ => <Self as FloatTensorOps<Self>>::float_matmul(lhs, rhs),
+        }
+    }
+}
+
+/// Queued GEMMs executed, for the tests' control.
+#[cfg(test)]
+pub(super) static EXECUTED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// Whether a test asked for the queued path on a backend without the vendor's GEMM, so
+/// that CI runs the custom operation over wgpu.
+#[cfg(test)]
+fn queue_gemm() -> bool {
+    super::tests::QUEUE_GEMM.with(|queue| queue.get())
+}
+
+#[cfg(not(test))]
+fn queue_gemm() -> bool {
+    false
+}

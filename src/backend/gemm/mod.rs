@@ -1,0 +1,223 @@
+//! The GEMMs of `Lean<B>`: every float matmul, the linear layers forward and backward, and
+//! the LM head's loss, on the vendor's library where there is one.
+//!
+//! On CUDA, CubeCL 0.10's matmul (no Hopper `wgmma`; Burn 0.21 pins it) reaches about a
+//! third of cuBLAS (70–95 against 226–314 TFLOP/s on an H200), and its autotuning was
+//! most of gpt2-small's cold start. So on CUDA [`GemmOps::gemm`] runs cuBLASLt through
+//! cudarc (loaded at run time: `cublaslt.rs`): Burn's row-major strided batches mapped
+//! onto cuBLASLt's column-major layouts without copies where the strides allow
+//! (`layout.rs`), f32 inputs computed as TF32 unless [`set_f32_gemm`] says strict, bf16 and
+//! f16 with f32 accumulation. Where the library cannot be loaded, or is turned off
+//! ([`set_vendor_gemm`], `LEANBURN_GEMM=cubecl`), and on every other backend, `gemm` is the
+//! backend's own `float_matmul`, as before.
+//!
+//! CubeCL 0.10 launches its kernels on a stream no public API returns, so each cuBLASLt
+//! call waits for CubeCL's stream, runs on a stream of its own and waits for that before
+//! it returns (two host synchronisations per GEMM; `docs/gpu.md` weighs the alternative,
+//! a patched cubecl-cuda).
+
+mod cube;
+#[cfg(feature = "cuda")]
+mod cublaslt;
+mod fused;
+pub(crate) mod layout;
+#[cfg(test)]
+mod tests;
+
+use core::fmt;
+use std::sync::atomic::{AtomicU8, Ordering};
+
+use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
+use burn::backend::{Autodiff, Flex, NdArray};
+use burn::tensor::{Tensor, TensorPrimitive};
+use burn_backend::tensor::FloatTensor;
+use burn_backend::{Backend, Shape, TensorMetadata};
+
+use super::conv::ChunkedConv;
+use super::Lean;
+
+/// A backend whose float matmul may run on the vendor's GEMM; see the [module docs](self).
+pub trait GemmOps: Backend {
+    /// Whether [`Self::gemm`] on `device` runs the vendor's library (cuBLASLt) rather than
+    /// [`float_matmul`](burn_backend::ops::FloatTensorOps::float_matmul).
+    fn vendor_gemm(device: &Self::Device) -> bool {
+        let _ = device;
+        false
+    }
+
+    /// Burn's `float_matmul` (`[.., m, k] · [.., k, n]`, batch dimensions broadcast): the
+    /// same result, on the vendor's GEMM where [`Self::vendor_gemm`].
+    fn gemm(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>) -> FloatTensor<Self> {
+        Self::float_matmul(lhs, rhs)
+    }
+}
+
+impl GemmOps for NdArray {}
+
+impl GemmOps for Flex {}
+
+/// Autodiff's matmul node: its forward and backward products are the inner backend's
+/// `float_matmul` (on `Lean`, [`GemmOps::gemm`]).
+impl<B: GemmOps, C: CheckpointStrategy> GemmOps for Autodiff<B, C> {}
+
+/// `B`'s GEMM.
+impl<B: ChunkedConv> GemmOps for Lean<B> {
+    fn vendor_gemm(device: &Self::Device) -> bool {
+        B::vendor_gemm(device)
+    }
+
+    fn gemm(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>) -> FloatTensor<Self> {
+        B::gemm(lhs, rhs)
+    }
+}
+
+/// [`GemmOps::gemm`] on `Tensor`s.
+pub(crate) fn gemm<B: GemmOps, const D: usize>(lhs: Tensor<B, D>, rhs: Tensor<B, D>) -> Tensor<B, D> {
+    let product = B::gemm(lhs.into_primitive().tensor(), rhs.into_primitive().tensor());
+    Tensor::from_primitive(TensorPrimitive::Float(product))
+}
+
+/// Burn's `linear` (`x · weight + bias`, `weight` `[d_in, d_out]`) with its product on
+/// [`GemmOps::gemm`].
+pub(crate) fn linear<B: GemmOps>(
+    x: FloatTensor<B>,
+    weight: FloatTensor<B>,
+    bias: Option<FloatTensor<B>>,
+) -> FloatTensor<B> {
+    let rank = x.shape().num_dims();
+    let output = B::gemm(x, leading_ones::<B>(weight, rank));
+    match bias {
+        Some(bias) => B::float_add(output, leading_ones::<B>(bias, rank)),
+        None => output,
+    }
+}
+
+/// Burn's `linear_x_backward`: `output_grad · weightᵀ`, the transpose a view.
+pub(crate) fn linear_x_backward<B: GemmOps>(weight: FloatTensor<B>, output_grad: FloatTensor<B>) -> FloatTensor<B> {
+    let rank = output_grad.shape().num_dims();
+    B::gemm(output_grad, leading_ones::<B>(B::float_swap_dims(weight, 0, 1), rank))
+}
+
+/// Burn's `linear_weight_backward`: `xᵀ · output_grad` over all leading dimensions at once
+/// (`[d_in, d_out]`), one GEMM where Burn's default multiplies per batch entry and sums.
+pub(crate) fn linear_weight_backward<B: GemmOps>(x: FloatTensor<B>, output_grad: FloatTensor<B>) -> FloatTensor<B> {
+    let rows = |tensor: FloatTensor<B>| {
+        let shape = tensor.shape();
+        let width = shape[shape.num_dims() - 1];
+        B::float_reshape(tensor, Shape::new([shape.num_elements() / width.max(1), width]))
+    };
+    B::gemm(B::float_swap_dims(rows(x), 0, 1), rows(output_grad))
+}
+
+/// `tensor` with size-1 dimensions put in front up to `rank`.
+fn leading_ones<B: Backend>(tensor: FloatTensor<B>, rank: usize) -> FloatTensor<B> {
+    let shape = tensor.shape();
+    if shape.num_dims() >= rank {
+        return tensor;
+    }
+    let mut dims = vec![1; rank - shape.num_dims()];
+    dims.extend(shape.iter().copied());
+    B::float_reshape(tensor, Shape::from(dims))
+}
+
+/// How f32 GEMMs compute on the vendor's library.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum F32Gemm {
+    /// TF32 tensor cores (10-bit mantissa products, f32 accumulation): what CubeCL's own
+    /// matmul does on CUDA and PyTorch's `allow_tf32`. The default.
+    Tf32,
+    /// f32 products throughout (PyTorch's default `matmul` precision "highest").
+    Strict,
+}
+
+impl fmt::Display for F32Gemm {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Tf32 => "TF32",
+            Self::Strict => "strict f32",
+        })
+    }
+}
+
+const UNSET: u8 = 0;
+const ON: u8 = 1;
+const OFF: u8 = 2;
+
+static VENDOR: AtomicU8 = AtomicU8::new(UNSET);
+static STRICT: AtomicU8 = AtomicU8::new(UNSET);
+
+/// Turns the vendor's GEMM on or off for the whole process (default on; off when the
+/// environment has `LEANBURN_GEMM=cubecl`). Off, every GEMM is the backend's own matmul.
+pub fn set_vendor_gemm(enabled: bool) {
+    VENDOR.store(if enabled { ON } else { OFF }, Ordering::Relaxed);
+}
+
+/// Sets how f32 GEMMs compute on the vendor's library, process-wide (default TF32;
+/// `LEANBURN_F32_GEMM=strict` in the environment makes it strict).
+pub fn set_f32_gemm(precision: F32Gemm) {
+    STRICT.store(if precision == F32Gemm::Strict { ON } else { OFF }, Ordering::Relaxed);
+}
+
+/// How f32 GEMMs compute on the vendor's library now.
+pub fn f32_gemm() -> F32Gemm {
+    let strict = flag(&STRICT, || std::env::var("LEANBURN_F32_GEMM").is_ok_and(|v| v.eq_ignore_ascii_case("strict")));
+    if strict {
+        F32Gemm::Strict
+    } else {
+        F32Gemm::Tf32
+    }
+}
+
+/// Whether the vendor's GEMM is switched on (it may still be unavailable).
+pub(crate) fn vendor_gemm_enabled() -> bool {
+    flag(&VENDOR, || !std::env::var("LEANBURN_GEMM").is_ok_and(|v| v.eq_ignore_ascii_case("cubecl")))
+}
+
+/// `cell`'s setting, or `default()`'s where nothing set it.
+fn flag(cell: &AtomicU8, default: impl FnOnce() -> bool) -> bool {
+    match cell.load(Ordering::Relaxed) {
+        ON => true,
+        OFF => false,
+        _ => default(),
+    }
+}
+
+/// Which GEMM leanburn's ops run on CUDA devices, and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum VendorGemm {
+    /// cuBLASLt, at this version (`cublasLtGetVersion`: 130002 is 13.0.2).
+    CublasLt { version: usize, f32: F32Gemm },
+    /// CubeCL's matmul, for this reason.
+    CubeCl(String),
+}
+
+impl fmt::Display for VendorGemm {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::CublasLt { version, f32 } => write!(
+                f,
+                "Lean's GEMMs on cuBLASLt {}.{}.{} (f32 as {f32})",
+                version / 10_000,
+                version / 100 % 100,
+                version % 100
+            ),
+            Self::CubeCl(why) => write!(f, "Lean's GEMMs on CubeCL's matmul ({why})"),
+        }
+    }
+}
+
+/// Which GEMM CUDA devices get: cuBLASLt where it loads and is switched on.
+pub fn vendor_gemm() -> VendorGemm {
+    if !vendor_gemm_enabled() {
+        return VendorGemm::CubeCl("cuBLASLt turned off: LEANBURN_GEMM=cubecl or set_vendor_gemm(false)".into());
+    }
+    #[cfg(feature = "cuda")]
+    {
+        match cublaslt::library() {
+            Ok(version) => VendorGemm::CublasLt { version: *version, f32: f32_gemm() },
+            Err(why) => VendorGemm::CubeCl(why.clone()),
+        }
+    }
+    #[cfg(not(feature = "cuda"))]
+    VendorGemm::CubeCl("this build has no CUDA support (feature `cuda` off)".into())
+}
