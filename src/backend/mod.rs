@@ -21,6 +21,7 @@
 use core::fmt;
 use core::marker::PhantomData;
 
+use burn_backend::tensor::FloatTensor;
 use burn_backend::{Backend, BackendTypes, DType, DTypeUsageSet, ExecutionError, TensorData};
 
 use crate::memory::{MemoryProbe, MemorySample};
@@ -201,6 +202,17 @@ impl<B: MemoryProbe + ChunkedConv> MemoryProbe for Lean<B> {
 
     fn pool_reader(device: &Self::Device) -> Option<crate::memory::PoolReader> {
         B::pool_reader(device)
+    }
+}
+
+/// `B`'s GEMM (the vendor's where `B` has it): every matmul of `Lean` goes there.
+impl<B: ChunkedConv> GemmOps for Lean<B> {
+    fn vendor_gemm(device: &Self::Device) -> bool {
+        B::vendor_gemm(device)
+    }
+
+    fn gemm(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>) -> FloatTensor<Self> {
+        B::gemm(lhs, rhs)
     }
 }
 

@@ -67,7 +67,7 @@ pub enum TrainerError {
     #[error("the backend cannot train in {precision} on this device; use a precision it supports (f32 always works)")]
     UnsupportedPrecision {
         /// The precision asked for.
-        precision: super::Precision,
+        precision: super::precision::Precision,
     },
     /// The model is gone: an earlier step panicked while it was out of the trainer.
     #[error("the model was lost when an earlier step panicked; rebuild the trainer")]

@@ -105,7 +105,7 @@ impl ExecutionConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::trainer::Phase;
+    use crate::trainer::predict::phase::Phase;
 
     #[test]
     fn zero_values_are_refused_by_name() {

@@ -33,9 +33,6 @@ use burn::tensor::{Tensor, TensorPrimitive};
 use burn_backend::tensor::FloatTensor;
 use burn_backend::{Backend, Shape, TensorMetadata};
 
-use super::conv::ChunkedConv;
-use super::Lean;
-
 /// A backend whose float matmul may run on the vendor's GEMM; see the [module docs](self).
 pub trait GemmOps: Backend {
     /// Whether [`Self::gemm`] on `device` runs the vendor's library (cuBLASLt) rather than
@@ -59,17 +56,6 @@ impl GemmOps for Flex {}
 /// Autodiff's matmul node: its forward and backward products are the inner backend's
 /// `float_matmul` (on `Lean`, [`GemmOps::gemm`]).
 impl<B: GemmOps, C: CheckpointStrategy> GemmOps for Autodiff<B, C> {}
-
-/// `B`'s GEMM.
-impl<B: ChunkedConv> GemmOps for Lean<B> {
-    fn vendor_gemm(device: &Self::Device) -> bool {
-        B::vendor_gemm(device)
-    }
-
-    fn gemm(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>) -> FloatTensor<Self> {
-        B::gemm(lhs, rhs)
-    }
-}
 
 /// [`GemmOps::gemm`] on `Tensor`s.
 pub(crate) fn gemm<B: GemmOps, const D: usize>(lhs: Tensor<B, D>, rhs: Tensor<B, D>) -> Tensor<B, D> {

@@ -10,10 +10,10 @@ use burn::train::TrainStep;
 use super::{AverageVerdict, Weights};
 use crate::memory::MemoryProbe;
 use crate::trainer::error::TrainerError;
+use crate::trainer::hybrid::HybridTrainer;
 use crate::trainer::params::{self, blend};
 use crate::trainer::predict::snapshot::Snapshot;
 use crate::trainer::step::{HybridBatch, HybridModel};
-use crate::trainer::HybridTrainer;
 
 impl<B, M, O, T> HybridTrainer<B, M, O, T>
 where

@@ -104,22 +104,22 @@ where
         state.config.validate()?;
         state.lr.validate()?;
 
-        let recorder = CheckpointRecorder::default();
-        let model_record =
-            <CheckpointRecorder as Recorder<B>>::load::<<M as Module<B>>::Record>(&recorder, model, &device)
-                .map_err(|err| undecodable("model.bin", err))?;
+        // A record of another model is refused before Burn's loader, which would panic.
+        let load_model = |template: M, file: &str, bytes: Vec<u8>| {
+            fit::check_fits::<B, M>(&template, &bytes, &path.join(file))?;
+            let recorder = CheckpointRecorder::default();
+            let record =
+                <CheckpointRecorder as Recorder<B>>::load::<<M as Module<B>>::Record>(&recorder, bytes, &device)
+                    .map_err(|err| undecodable(file, err))?;
+            Ok::<M, TrainerError>(template.load_record(record))
+        };
         // The weight average is a model record too, loaded into a copy of the template.
         let average = match average.filter(|_| state.average.is_some()) {
-            Some(bytes) => {
-                let record =
-                    <CheckpointRecorder as Recorder<B>>::load::<<M as Module<B>>::Record>(&recorder, bytes, &device)
-                        .map_err(|err| undecodable("average.bin", err))?;
-                let averaged = fit::load_fitting::<B, M>(model_template.clone(), record, &path)?;
-                Some(params::collect(&averaged.valid()))
-            }
+            Some(bytes) => Some(params::collect(&load_model(model_template.clone(), "average.bin", bytes)?.valid())),
             None => None,
         };
-        let model = fit::load_fitting::<B, M>(model_template, model_record, &path)?;
+        let model = load_model(model_template, "model.bin", model)?;
+        let recorder = CheckpointRecorder::default();
         let optimizer_record = <CheckpointRecorder as Recorder<B>>::load::<<O as Optimizer<M, B>>::Record>(
             &recorder,
             optimizer_bytes,

@@ -40,6 +40,25 @@ struct StepOutcome {
     selection: Option<SelectionCount>,
 }
 
+impl StepOutcome {
+    /// A step at `lr` and `optimizer_step` that read no loss and did nothing else of note.
+    fn at(lr: f64, optimizer_step: usize) -> Self {
+        Self {
+            loss: None,
+            lr,
+            optimizer_step,
+            rolled_back: false,
+            alignment: None,
+            loss_scale: None,
+            overflow: false,
+            gain: None,
+            efficiency: None,
+            ran_full: false,
+            selection: None,
+        }
+    }
+}
+
 impl<B, M, O, T> HybridTrainer<B, M, O, T>
 where
     B: AutodiffBackend + MemoryProbe,
@@ -73,20 +92,7 @@ where
         I::IntoIter: ExactSizeIterator,
     {
         let micro_batches = micro_batches.into_iter();
-        if micro_batches.len() != self.execution.accumulation_steps {
-            return Err(TrainerError::MicroBatches {
-                expected: self.execution.accumulation_steps,
-                got: micro_batches.len(),
-            });
-        }
-        if let Some(conflict) = self.feedback_conflict() {
-            return Err(ConfigError::ExampleFeedback(conflict).into());
-        }
-        if self.state.schedule.current() == Phase::Predict && !self.predictor.is_ready() {
-            // Unreachable through the gate, which needs a ready predictor; a hand-edited
-            // checkpoint could get here. Fall back to full steps.
-            self.state.schedule.rollback(&self.state.config);
-        }
+        self.check_step(micro_batches.len())?;
         // An output is the step's own: a failed or predicted step leaves none behind.
         self.output = None;
         let phase = self.state.schedule.current();
@@ -108,62 +114,7 @@ where
         };
         // A step that failed changed nothing, and leaves no output either.
         let outcome = outcome.inspect_err(|_| self.output = None)?;
-        // A rejected block's step trained as a full step: its record says so.
-        let phase = if outcome.ran_full { Phase::Full } else { phase };
-        // A step that left its loss on the device does not wait for the device either:
-        // its time is what the host spent queueing, and the reading step pays the rest.
-        let synced = outcome.loss.is_some();
-        if synced {
-            if let Err(err) = <B as Backend>::sync(&self.device) {
-                tracing::warn!(%err, "device sync after the step failed");
-            }
-        }
-        let seconds = started.elapsed().as_secs_f64();
-        let items = items * self.replica.map_or(1, |replica| replica.replicas());
-
-        if !outcome.rolled_back {
-            // No block while the predictor is empty or the learning rate still warms up. With
-            // prediction off the predictor may be empty: the gate is closed anyway, and its
-            // full steps count towards the re-probe (by which the predictor is refilled).
-            let warm = self.state.optimizer_step >= self.state.lr.warmup_steps();
-            let off = self.state.confidence < self.state.config.min_confidence;
-            let gate = if warm && (self.predictor.is_ready() || off) { self.state.confidence } else { f64::NAN };
-            self.state.schedule.advance(&self.state.config, gate);
-        }
-        if self.execution.trims_after(self.state.step, phase, self.state.schedule.current()) {
-            self.trim();
-        }
-        let memory = if synced { B::memory_sample(&self.device) } else { None };
-        let host_memory = if synced && memory.is_none() { crate::memory::process_memory() } else { None };
-
-        let record = StepReport {
-            step: self.state.step,
-            optimizer_step: outcome.optimizer_step,
-            phase,
-            loss: outcome.loss,
-            lr: outcome.lr,
-            seconds,
-            items,
-            items_per_second: if seconds > 0.0 { items as f64 / seconds } else { 0.0 },
-            memory,
-            host_memory,
-            predicted: phase == Phase::Predict,
-            rolled_back: outcome.rolled_back,
-            scale: self.state.scale,
-            confidence: self.state.confidence,
-            horizon: self.state.schedule.horizon(),
-            cosine: outcome.alignment.map(|a| a.cosine),
-            norm_ratio: outcome.alignment.map(|a| a.norm_ratio),
-            loss_scale: outcome.loss_scale,
-            overflow: outcome.overflow,
-            gain: outcome.gain,
-            efficiency: outcome.efficiency,
-            selection: outcome.selection,
-            first_in_process: !self.stepped,
-        };
-        self.stepped = true;
-        self.state.step += 1;
-        self.state.statistics.observe(&record);
+        let record = self.close_step(phase, outcome, items, started);
         if let Some(loss) = record.loss {
             span.record("loss", loss);
         }
@@ -181,7 +132,113 @@ where
         Ok(record)
     }
 
-    /// Asks the device pool to release what it keeps unused, and counts what it gave back.
+    /// Runs `stage` on the model taken out of the trainer and puts back the model it hands
+    /// back, whatever else it returns: a stage cannot lose the model on any path.
+    fn with_model<R>(
+        &mut self,
+        stage: impl FnOnce(&mut Self, M) -> (M, Result<R, TrainerError>),
+    ) -> Result<R, TrainerError> {
+        let model = self.model.take().ok_or(TrainerError::ModelLost)?;
+        let (model, result) = stage(self, model);
+        self.model = Some(model);
+        result
+    }
+
+    /// Refuses a step that cannot run (nothing run): the wrong number of micro-batches, or
+    /// per-example feedback in a run it cannot follow. A predict phase without a ready
+    /// predictor (unreachable through the gate; a hand-edited checkpoint could get here)
+    /// falls back to full steps.
+    fn check_step(&mut self, micro_batches: usize) -> Result<(), TrainerError> {
+        if micro_batches != self.execution.accumulation_steps {
+            return Err(TrainerError::MicroBatches { expected: self.execution.accumulation_steps, got: micro_batches });
+        }
+        if let Some(conflict) = self.feedback_conflict() {
+            return Err(ConfigError::ExampleFeedback(conflict).into());
+        }
+        if self.state.schedule.current() == Phase::Predict && !self.predictor.is_ready() {
+            self.state.schedule.rollback(&self.state.config);
+        }
+        Ok(())
+    }
+
+    /// The books after a step's body ran `phase`: its time (the device synced where the
+    /// step read its loss), the phase schedule, the pool trim, and its record.
+    fn close_step(&mut self, phase: Phase, outcome: StepOutcome, items: usize, started: Instant) -> StepReport {
+        // A rejected block's step trained as a full step: its record says so.
+        let phase = if outcome.ran_full { Phase::Full } else { phase };
+        // A step that left its loss on the device does not wait for the device either:
+        // its time is what the host spent queueing, and the reading step pays the rest.
+        let synced = outcome.loss.is_some();
+        if synced {
+            if let Err(err) = <B as Backend>::sync(&self.device) {
+                tracing::warn!(%err, "device sync after the step failed");
+            }
+        }
+        let seconds = started.elapsed().as_secs_f64();
+        let items = items * self.replica.map_or(1, |replica| replica.replicas());
+        if !outcome.rolled_back {
+            self.advance_schedule();
+        }
+        if self.execution.trims_after(self.state.step, phase, self.state.schedule.current()) {
+            self.trim();
+        }
+        let memory = if synced { B::memory_sample(&self.device) } else { None };
+        let host_memory = if synced && memory.is_none() { crate::memory::process_memory() } else { None };
+        let record = StepReport {
+            seconds,
+            items,
+            items_per_second: if seconds > 0.0 { items as f64 / seconds } else { 0.0 },
+            memory,
+            host_memory,
+            ..self.record_of(phase, &outcome)
+        };
+        self.state.step += 1;
+        self.stepped = true;
+        self.state.statistics.observe(&record);
+        record
+    }
+
+    /// Moves the phase schedule on after a step that was not rolled back. No block while
+    /// the predictor is empty or the learning rate still warms up. With prediction off the
+    /// predictor may be empty: the gate is closed anyway, and its full steps count towards
+    /// the re-probe (by which the predictor is refilled).
+    fn advance_schedule(&mut self) {
+        let warm = self.state.optimizer_step >= self.state.lr.warmup_steps();
+        let off = self.state.confidence < self.state.config.min_confidence;
+        let gate = if warm && (self.predictor.is_ready() || off) { self.state.confidence } else { f64::NAN };
+        self.state.schedule.advance(&self.state.config, gate);
+    }
+
+    /// The record of a step that ran `phase`, as the outcome and the trainer's books give
+    /// it, before its time, items and memory are known.
+    fn record_of(&self, phase: Phase, outcome: &StepOutcome) -> StepReport {
+        StepReport {
+            step: self.state.step,
+            optimizer_step: outcome.optimizer_step,
+            phase,
+            loss: outcome.loss,
+            lr: outcome.lr,
+            seconds: 0.0,
+            items: 0,
+            items_per_second: 0.0,
+            memory: None,
+            host_memory: None,
+            predicted: phase == Phase::Predict,
+            rolled_back: outcome.rolled_back,
+            scale: self.state.scale,
+            confidence: self.state.confidence,
+            horizon: self.state.schedule.horizon(),
+            cosine: outcome.alignment.map(|a| a.cosine),
+            norm_ratio: outcome.alignment.map(|a| a.norm_ratio),
+            loss_scale: outcome.loss_scale,
+            overflow: outcome.overflow,
+            gain: outcome.gain,
+            efficiency: outcome.efficiency,
+            selection: outcome.selection,
+            first_in_process: !self.stepped,
+        }
+    }
+
     /// What in this run per-example feedback cannot follow, if it is on: predicted steps
     /// train on no example, a selecting step on a subset, and the mixed-precision path
     /// scales its own loss.

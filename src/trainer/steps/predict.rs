@@ -20,6 +20,13 @@ use crate::trainer::predict::phase::Phase;
 use crate::trainer::predict::snapshot::Snapshot;
 use crate::trainer::step::{HybridBatch, HybridModel, StepLoss};
 
+/// A block's jump: the probe loss before and after it, and the weights from before.
+struct Jump<B: AutodiffBackend> {
+    before: f64,
+    after: f64,
+    snapshot: Snapshot<B::InnerBackend>,
+}
+
 impl<B, M, O, T> HybridTrainer<B, M, O, T>
 where
     B: AutodiffBackend + MemoryProbe,
@@ -40,20 +47,7 @@ where
         micro_batches: impl ExactSizeIterator<Item = T>,
     ) -> Result<StepOutcome, TrainerError> {
         let optimizer_step = self.state.optimizer_step;
-        let lr = self.state.lr.at(optimizer_step);
-        let coasting = StepOutcome {
-            loss: None,
-            lr,
-            optimizer_step,
-            rolled_back: false,
-            alignment: None,
-            loss_scale: None,
-            overflow: false,
-            gain: None,
-            efficiency: None,
-            ran_full: false,
-            selection: None,
-        };
+        let coasting = StepOutcome::at(self.state.lr.at(optimizer_step), optimizer_step);
         if !self.state.schedule.is_first_of_phase() {
             micro_batches.for_each(drop);
             self.state.optimizer_step += 1;
@@ -66,22 +60,25 @@ where
         let rates: f64 = (0..steps).map(|j| self.state.lr.at(optimizer_step + j)).sum();
         // Trained on if the block is rejected (and the run's probe set if none is held).
         let batches: Vec<T> = micro_batches.collect();
-
         if self.probe_set.is_none() {
             // A new probe set: readings on another one do not pair with it.
             self.state.guard.probe.reset();
         }
         let probe_set = self.probe_set.get_or_insert_with(|| batches.clone()).clone();
+        let jump = self.with_model(|trainer, model| trainer.jump(model, &probe_set, rates))?;
+        drop(probe_set);
+        self.settle_block(jump, steps, batches, coasting)
+    }
 
-        let model = self.model.take().ok_or(TrainerError::ModelLost)?;
+    /// Jumps `model` by the block's predicted displacement (`rates`: the block's learning
+    /// rates summed), probing before and after: the jumped model, or on an error the
+    /// model as it was.
+    fn jump(&mut self, model: M, probe_set: &[T], rates: f64) -> (M, Result<Jump<B>, TrainerError>) {
         let snapshot = Snapshot::take(&model.valid(), self.state.config.snapshot);
         self.state.statistics.snapshot_bytes = self.state.statistics.snapshot_bytes.max(snapshot.bytes());
-        let before = match self.probe(&model, &probe_set) {
+        let before = match self.probe(&model, probe_set) {
             Ok(loss) => loss,
-            Err(err) => {
-                self.model = Some(model);
-                return Err(err);
-            }
+            Err(err) => return (model, Err(err)),
         };
         if !before.is_finite() && !self.probe_set_given {
             // A probe set the model cannot score would reject every block: take the next
@@ -93,16 +90,23 @@ where
         let prediction = self.predictor.predict(rates);
         let model = params::apply_update::<B, M>(model, &prediction, self.state.scale);
         drop(prediction);
-        let after = self.probe(&model, &probe_set);
-        drop(probe_set);
-        let after = match after {
-            Ok(loss) => loss,
-            Err(err) => {
-                self.model = Some(snapshot.restore::<B, M>(model));
-                return Err(err);
-            }
-        };
+        match self.probe(&model, probe_set) {
+            Ok(after) => (model, Ok(Jump { before, after, snapshot })),
+            Err(err) => (snapshot.restore::<B, M>(model), Err(err)),
+        }
+    }
 
+    /// The guard's verdict on a block's jump, and what follows: a kept jump moves the
+    /// books on; a rejected one restores the block's start and trains the step's
+    /// `batches` as a full step.
+    fn settle_block(
+        &mut self,
+        jump: Jump<B>,
+        steps: usize,
+        batches: Vec<T>,
+        coasting: StepOutcome,
+    ) -> Result<StepOutcome, TrainerError> {
+        let Jump { before, after, snapshot } = jump;
         let verdict = self.state.guard.judge_block(before, after, steps);
         // Where the verdict leaves the weights: the jump, or the block's start restored.
         self.state.guard.probe.mark(if verdict.keep { after } else { before });
@@ -112,25 +116,25 @@ where
             self.state.confidence = confidence_after(self.state.confidence, &verdict, self.state.schedule.is_reprobe());
             self.state.scale = scale_after(self.state.scale, &verdict, &self.state.config);
         }
-        let gain = verdict.gain.is_finite().then_some(verdict.gain);
+        let (gain, efficiency) = (verdict.gain.is_finite().then_some(verdict.gain), verdict.efficiency);
         if verdict.keep {
             drop((snapshot, batches));
-            self.model = Some(model);
             self.observe_average();
             self.state.optimizer_step += 1;
             self.state.schedule.calibrate(&self.state.config, evidence(&verdict));
             self.state.awaiting_calibration = true;
-            tracing::debug!(
-                step = self.state.step,
-                before,
-                after,
-                steps,
-                efficiency = verdict.efficiency,
-                "predict block kept"
-            );
-            return Ok(StepOutcome { loss: Some(after), gain, efficiency: verdict.efficiency, ..coasting });
+            tracing::debug!(step = self.state.step, before, after, steps, efficiency, "predict block kept");
+            return Ok(StepOutcome { loss: Some(after), gain, efficiency, ..coasting });
         }
-        let reason = verdict.reason.unwrap_or(RollbackReason::NonFinite(after));
+        self.reject_block(verdict.reason.unwrap_or(RollbackReason::NonFinite(after)), unpaired);
+        self.with_model(|_, model| (snapshot.restore::<B, M>(model), Ok(())))?;
+        let full = self.full_step(Phase::Full, batches.into_iter())?;
+        Ok(StepOutcome { rolled_back: true, gain, efficiency, ran_full: true, ..full })
+    }
+
+    /// Moves the schedule past a rejected block: postponed where there was nothing to judge
+    /// it against (the first block on its probe set), rolled back otherwise.
+    fn reject_block(&mut self, reason: RollbackReason, unpaired: bool) {
         if unpaired {
             self.state.schedule.postpone(&self.state.config);
             tracing::info!(
@@ -148,9 +152,6 @@ where
                 "predicted block rolled back; the step trains as a full step"
             );
         }
-        self.model = Some(snapshot.restore::<B, M>(model));
-        let full = self.full_step(Phase::Full, batches.into_iter())?;
-        Ok(StepOutcome { rolled_back: true, gain, efficiency: verdict.efficiency, ran_full: true, ..full })
     }
 
     /// The mean loss of `batches` on the inner model, in the compute precision; in a
