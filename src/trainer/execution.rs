@@ -2,12 +2,13 @@
 //! often the loss is read back to the host, and when the memory pool is trimmed.
 //!
 //! These knobs change memory and speed, not the schedule of phases, so they live apart
-//! from [`HybridConfig`](super::HybridConfig) and are not stored in checkpoints: a resumed
+//! from [`HybridConfig`](super::config::HybridConfig) and are not stored in checkpoints: a resumed
 //! run may use other values (a smaller micro-batch after an OOM, say).
 
 use serde::{Deserialize, Serialize};
 
 use super::config::ConfigError;
+use super::predict::phase::Phase;
 
 /// When the trainer asks the device pool to hand unused memory back (see
 /// [`trim`](crate::memory::trim)).
@@ -93,7 +94,7 @@ impl ExecutionConfig {
 
     /// Whether the pool is trimmed after trainer step `step` (0-based), which ran `phase`
     /// and is followed by `next`.
-    pub(super) fn trims_after(&self, step: usize, phase: super::Phase, next: super::Phase) -> bool {
+    pub(super) fn trims_after(&self, step: usize, phase: Phase, next: Phase) -> bool {
         match self.trim {
             TrimPolicy::Never => false,
             TrimPolicy::PhaseChange => phase != next,
@@ -105,7 +106,6 @@ impl ExecutionConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::trainer::predict::phase::Phase;
 
     #[test]
     fn zero_values_are_refused_by_name() {

@@ -2,7 +2,7 @@
 //! [`steps`](super::steps); saving and resuming in [`checkpoint`](super::checkpoint).
 
 use std::marker::PhantomData;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use burn::module::AutodiffModule;
 use burn::optim::Optimizer;
@@ -12,6 +12,7 @@ use burn::train::TrainStep;
 
 use super::averaging::{AverageConfig, AverageState, WeightAverage};
 use super::checkpoint::files::DEFAULT_KEEP;
+use super::checkpoint::persist;
 use super::checkpoint::state::TrainerState;
 use super::config::HybridConfig;
 use super::error::TrainerError;
@@ -115,6 +116,50 @@ where
             Some(dir) => Self::resume(model, optimizer, dir, device),
             None => Self::new(model, optimizer, config, lr, device),
         }
+    }
+
+    /// Rebuilds a trainer from the newest checkpoint in `dir`.
+    ///
+    /// `model_template` and `optimizer` must be built the way the saved ones were (same
+    /// architecture, same optimizer type); their values are replaced by the saved ones.
+    /// The run continues exactly where it stopped: same step, phase, horizon, scale,
+    /// confidence, running loss, predictor and learning-rate position. Step records are
+    /// not written until [`with_metrics_appended`](Self::with_metrics_appended) is called.
+    pub fn resume(
+        model_template: M,
+        optimizer: O,
+        dir: impl AsRef<Path>,
+        device: B::Device,
+    ) -> Result<Self, TrainerError> {
+        let loaded = persist::load::<B, M, O>(model_template, optimizer, dir.as_ref(), &device)?;
+        let mut trainer = Self::assemble(loaded.model, loaded.optimizer, loaded.state, loaded.predictor, device);
+        trainer.average.params = loaded.average;
+        Ok(trainer)
+    }
+
+    /// Writes a checkpoint of the current step into `dir` and returns its directory. The
+    /// layout (`ckpt-XXXXXXXX/` with `model.bin`, `optimizer.bin`, `trainer.bin`,
+    /// `trainer.json`, `average.bin` with a weight average, and a `latest` pointer) is
+    /// described in `docs/trainer.md`; each checkpoint appears atomically, and only the
+    /// newest two are kept (see [`with_checkpoints_kept`](Self::with_checkpoints_kept)).
+    ///
+    /// The weights are always verified ones: a predict block's jump is judged within the
+    /// step that makes it, and the block's later steps do not move the weights. Reads
+    /// every tensor back to the host (a sync).
+    pub fn save_checkpoint(&self, dir: impl AsRef<Path>) -> Result<PathBuf, TrainerError> {
+        let parts = persist::Saving {
+            model: self.model.as_ref().ok_or(TrainerError::ModelLost)?,
+            optimizer: &self.optimizer,
+            state: self.state(),
+            predictor: self.predictor.to_record(),
+            average: self.averaged_model(),
+        };
+        persist::save::<B, M, O>(dir.as_ref(), parts, self.keep_checkpoints)
+    }
+
+    /// Everything about the trainer that is not a tensor.
+    pub(crate) fn state(&self) -> TrainerState {
+        TrainerState { statistics: self.statistics(), ..self.state.clone() }
     }
 
     /// A trainer around a run's books, new or resumed. What is not in the books (metrics

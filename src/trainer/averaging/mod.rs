@@ -182,8 +182,6 @@ impl<B: Backend, T> WeightAverage<B, T> {
     }
 }
 
-mod verify;
-
 #[cfg(test)]
 mod tests;
 #[cfg(test)]

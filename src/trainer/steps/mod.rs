@@ -1,7 +1,8 @@
 //! A step's bodies: [`HybridTrainer::step`] runs the current phase's step
 //! ([`full`] or [`predict`]) and keeps the books: its record, the phase schedule, the pool
-//! trims, the metrics line.
+//! trims, the metrics line. [`average`]: the weight average's updates and verification.
 
+mod average;
 mod full;
 mod predict;
 

@@ -1,5 +1,6 @@
 //! The trainer's side of the weight average: folding updates in, building the averaged
-//! model, and verifying it against the live weights forward only.
+//! model, and verifying it against the live weights forward only, with the probes the
+//! predict step scores its jumps by.
 
 use std::time::Instant;
 
@@ -7,8 +8,8 @@ use burn::optim::Optimizer;
 use burn::tensor::backend::AutodiffBackend;
 use burn::train::TrainStep;
 
-use super::{AverageVerdict, Weights};
 use crate::memory::MemoryProbe;
+use crate::trainer::averaging::{AverageVerdict, Weights};
 use crate::trainer::error::TrainerError;
 use crate::trainer::hybrid::HybridTrainer;
 use crate::trainer::params::{self, blend};
@@ -24,7 +25,7 @@ where
 {
     /// The model with the weight average's values: its parameters and, where the model
     /// has batch norm, its running statistics (averaged too, or recomputed by the last
-    /// verification with [`statistics_passes`](super::AverageConfig::statistics_passes)).
+    /// verification with [`statistics_passes`](crate::trainer::averaging::AverageConfig::statistics_passes)).
     /// A copy of its own: running it in training mode leaves the live model's statistics
     /// alone. `None` without an average or before its first update. Evaluate it forward
     /// only (`valid()`).
@@ -51,7 +52,7 @@ where
     /// model) on the same probe batches: those given to
     /// [`with_probe_set`](Self::with_probe_set), else the micro-batches of the average's
     /// first full step (of this process). The average is chosen only where its loss is
-    /// lower; then, with a [`pull`](super::AverageConfig::pull), the live weights move
+    /// lower; then, with a [`pull`](crate::trainer::averaging::AverageConfig::pull), the live weights move
     /// toward it. Recomputes the average's batch-norm statistics first where configured.
     /// Every replica of a data-parallel run must call it at the same step.
     ///
