@@ -23,6 +23,8 @@ struct Curves {
     rolled_back: Vec<f64>,
     /// Device memory in use, where the backend has a pool.
     memory_mib: Vec<(f64, f64)>,
+    /// What the device's pool holds, in use or kept for reuse (what the device lends it).
+    reserved_mib: Vec<(f64, f64)>,
     /// The process's resident memory, where it has none (host RAM).
     host_mib: Vec<(f64, f64)>,
 }
@@ -62,6 +64,7 @@ impl Curves {
             predicted: records.iter().filter(|r| r.predicted && !r.rolled_back).map(at).collect(),
             rolled_back: records.iter().filter(|r| r.rolled_back).map(at).collect(),
             memory_mib: records.iter().filter_map(|r| r.memory.map(|m| (at(r), mib(m.bytes_in_use)))).collect(),
+            reserved_mib: records.iter().filter_map(|r| r.memory.map(|m| (at(r), mib(m.bytes_reserved)))).collect(),
             host_mib: records.iter().filter_map(|r| r.host_memory.map(|m| (at(r), mib(m.resident)))).collect(),
         })
         .filter(|c| !c.train.is_empty())
@@ -105,8 +108,9 @@ fn curves(out: &Path, mode: Mode, outcome: &RunOutcome) -> Vec<Curves> {
 /// Loss against step (top: each run's raw train loss, faint, under its smoothed line, its
 /// validation loss, and a rug of the steps its predict phase ran or rolled back), loss
 /// against training seconds (middle: hybrid's promise is time), and memory against step
-/// (bottom: device memory in use, or the process's resident memory where the backend has
-/// no pool) for every run in `runs`, written as SVG to `path`; returns the modes drawn.
+/// (bottom: device memory in use and the pool's reserve, or the process's resident memory
+/// where the backend has no pool) for every run in `runs`, written as SVG to `path`;
+/// returns the modes drawn.
 fn write_plot(runs: &[Curves], path: &Path, model: &str) -> Result<Vec<&'static str>, Box<dyn std::error::Error>> {
     if runs.is_empty() {
         return Err("no metrics to plot".into());
@@ -122,7 +126,8 @@ fn write_plot(runs: &[Curves], path: &Path, model: &str) -> Result<Vec<&'static 
     let has_device = runs.iter().any(|r| !r.memory_mib.is_empty());
     let has_host = runs.iter().any(|r| !r.host_mib.is_empty());
     let memory = |run: &Curves| if has_device { run.memory_mib.clone() } else { run.host_mib.clone() };
-    let max_mib = runs.iter().flat_map(|r| memory(r).into_iter().map(|p| p.1)).fold(1.0, f64::max);
+    let drawn = |r: &Curves| memory(r).into_iter().chain(r.reserved_mib.clone());
+    let max_mib = runs.iter().flat_map(|r| drawn(r).map(|p| p.1)).fold(1.0, f64::max);
 
     // Whole steps on the step axes; two decimals elsewhere (so no label reads "500.0").
     let whole = |x: &f64| format!("{x:.0}");
@@ -164,7 +169,7 @@ fn write_plot(runs: &[Curves], path: &Path, model: &str) -> Result<Vec<&'static 
         .y_label_formatter(&loss_label)
         .draw()?;
     let memory_caption = match (has_device, has_host) {
-        (true, _) => "device memory in use (MiB)",
+        (true, _) => "device memory: in use after each step, and the pool's reserve (MiB)",
         (false, true) => "host memory, process resident (MiB); no device pool on this backend",
         (false, false) => "device memory in use: not available on this backend",
     };
@@ -218,10 +223,20 @@ fn write_plot(runs: &[Curves], path: &Path, model: &str) -> Result<Vec<&'static 
                 .label(format!("{}: rolled-back blocks", run.mode))
                 .legend(move |(x, y)| PathElement::new(vec![(x + 10, y - 5), (x + 10, y + 5)], style));
         }
+        let in_use = if has_device { format!("{} in use", run.mode) } else { run.mode.to_string() };
         memory_chart
             .draw_series(LineSeries::new(memory(run), colour))?
-            .label(run.mode)
+            .label(in_use)
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], colour));
+        if has_device {
+            // The reserve holds the steps' in-step peak (activations are freed by the time
+            // a step's sample is read): what the device lends the pool, as nvidia-smi sees it.
+            let dashed = colour.mix(0.5).stroke_width(2);
+            memory_chart
+                .draw_series(LineSeries::new(run.reserved_mib.clone(), dashed))?
+                .label(format!("{} reserved", run.mode))
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], dashed));
+        }
     }
     for chart in [&mut loss_chart, &mut time_chart] {
         chart.configure_series_labels().border_style(BLACK).background_style(WHITE.mix(0.8)).draw()?;

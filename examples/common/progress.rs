@@ -242,7 +242,8 @@ pub fn summary(title: &str, outcome: &RunOutcome, dir: &RunDir, item: &str) -> S
             format_bytes(last.bytes_in_use as f64),
             memory.leak.as_ref().map_or("not fitted".into(), |leak| leak.to_string()),
         );
-        text += &format!("memory pool: {}\n", memory.pool);
+        let reserve = memory.peak_reserved.map_or("-".into(), |bytes| format_bytes(bytes as f64));
+        text += &format!("memory pool: reserve peak {reserve}, {}\n", memory.pool);
     } else {
         text += "device memory: not available on this backend (no device pool to read)\n";
         if let Some(host) = memory.host {

@@ -55,10 +55,12 @@ impl<B: MemoryProbe> MemoryMonitor<B> {
         self.pool.observe(sample)
     }
 
-    /// Forgets the leak window (peaks are kept): call after a warm-up whose allocations
-    /// (optimizer state, autotune) are expected.
+    /// Forgets the leak window (peaks are kept) and settles the pool-health watcher on the
+    /// reserve as it is ([`PoolHealth::settle`]): call after a warm-up whose allocations
+    /// (optimizer state, autotune, the steps' working set) are expected.
     pub fn restart_leak_window(&mut self) {
         self.leak.clear();
+        self.pool.settle();
     }
 
     pub fn peak(&self) -> &PeakTracker {

@@ -165,7 +165,9 @@ impl<'a> Runner<'a> {
                 // Growth is judged from here on: optimizer state, autotune and pools have settled.
                 monitor.restart_leak_window();
             }
-            if monitor.observe(step as u64, record.memory, record.host_memory) {
+            // The pool is judged against the steps' settled reserve, once there is one.
+            let bloated = monitor.observe(step as u64, record.memory, record.host_memory);
+            if bloated && step > first + settings.settle {
                 on_event(RunEvent::PoolBloated { step, verdict: monitor.pool_health().verdict() });
             }
             if step > first + settings.settle && outcome.settled.is_none() {
