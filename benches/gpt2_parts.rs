@@ -193,7 +193,9 @@ fn run(args: &Args) -> Result<(), String> {
         Some(python) if timed => Some(pytorch(python, args, seq, device)?),
         _ => None,
     };
-    report(args, &config, seq, &name, &ours, torch.as_ref());
+    if timed {
+        report(args, &config, seq, &name, &ours, torch.as_ref());
+    }
     Ok(())
 }
 

@@ -12,7 +12,7 @@
 
 use burn::tensor::backend::Backend;
 use burn::tensor::{Distribution, ElementConversion, FloatDType, Tensor};
-use leanburn::backend::{set_f32_gemm, set_vendor_gemm, vendor_gemm, F32Gemm};
+use leanburn::backend::{set_f32_gemm, set_vendor_gemm, vendor_gemm, F32Gemm, GemmOps};
 use leanburn::model::Gpt2Config;
 use leanburn::trainer::ForwardLoss;
 use leanburn::TrainBackend;
@@ -38,7 +38,8 @@ const PRECISIONS: [Precision; 4] = [
 
 /// Runs the check and prints a line per precision; `Err` names what failed.
 pub fn run<B: TrainBackend>(args: &Args, config: &Gpt2Config, seq: usize, device: &B::Device) -> Result<(), String> {
-    eprintln!("gemm-check: {}", vendor_gemm());
+    let here = if <B::InnerBackend as GemmOps>::vendor_gemm(device) { "cuBLASLt" } else { "the backend's own matmul" };
+    eprintln!("gemm-check: Lean's GEMMs here run on {here}; on CUDA devices: {}", vendor_gemm());
     let mut failures = Vec::new();
     for precision in &PRECISIONS {
         if !B::InnerBackend::supports_dtype(device, precision.dtype.into()) {

@@ -147,7 +147,7 @@ struct Plan {
     steps: usize,
     lr: f64,
     loss_chunk: Option<usize>,
-    selection: Option<SelectionConfig>,
+    example_selection: Option<SelectionConfig>,
     dir: RunDir,
     data: TokenDataset,
     validation: Vec<HostBatch>,
@@ -155,9 +155,9 @@ struct Plan {
 
 fn run(args: Args, matches: &ArgMatches) -> Result<(), Failure> {
     init_kernel_cache(&args.backend)?;
-    let selection = select(&args.backend).map_err(|e| Failure { code: e.exit_code(), message: e.to_string() })?;
-    eprintln!("{selection}");
-    let gpu = match &selection.chosen {
+    let backend = select(&args.backend).map_err(|e| Failure { code: e.exit_code(), message: e.to_string() })?;
+    eprintln!("{backend}");
+    let gpu = match &backend.chosen {
         #[cfg(feature = "cuda")]
         Chosen::Cuda { .. } => true,
         Chosen::Wgpu { adapter, .. } => adapter.kind.is_hardware(),
@@ -177,30 +177,30 @@ fn run(args: Args, matches: &ArgMatches) -> Result<(), Failure> {
     if !(lr.is_finite() && lr > 0.0) {
         return Err(bad_input(format!("--lr must be a positive number, got {lr}")));
     }
-    let chosen = args.select.config(steps, args.run.seed)?;
-    let loss_chunk = memory::loss_chunk(&args, &selection, gpu, &config, batch, seq);
+    let examples = args.select.config(steps, args.run.seed)?;
+    let loss_chunk = memory::loss_chunk(&args, &backend, gpu, &config, batch, seq);
 
     leanburn::backend::set_attention_workspace((args.attention_workspace as usize) << 20);
-    memory::check_memory(&args, &selection, &config, &preset, batch, seq, loss_chunk)?;
+    memory::check_memory(&args, &backend, &config, &preset, batch, seq, loss_chunk)?;
     if args.warm_cache {
         // Every precision the backend computes in, or the one asked for.
         let asked = matches.value_source("precision").is_some_and(|source| source != ValueSource::DefaultValue);
         let precisions = if asked {
-            args.execution.check_precision(&selection)?;
+            args.execution.check_precision(&backend)?;
             vec![args.execution.precision]
         } else {
             vec![Precision::F32, Precision::Bf16, Precision::F16]
         };
         let checkpointing = args.execution.checkpointing;
-        return selection
+        return backend
             .run_lean_with(warm_cache::WarmCache { args, config, batch, seq, loss_chunk, precisions }, checkpointing);
     }
-    args.execution.check_precision(&selection)?;
+    args.execution.check_precision(&backend)?;
     let dir = args.run.open(&args.out)?;
     // What was decided at run time is recorded as decided, so the file repeats this run.
     let mut resolved = config::resolved(&Args::command(), matches);
     let decided = [
-        ("backend", selection.kind().name().to_string()),
+        ("backend", backend.kind().name().to_string()),
         ("preset", preset.clone()),
         ("seq", seq.to_string()),
         ("steps", steps.to_string()),
@@ -214,10 +214,22 @@ fn run(args: Args, matches: &ArgMatches) -> Result<(), Failure> {
     let (data, validation) = corpus::tokens(&args, &dir, batch, seq)?;
 
     let (out, mode, checkpointing) = (args.out.clone(), args.run.mode, args.execution.checkpointing);
-    let plan =
-        Plan { args, preset, config, batch, seq, steps, lr, loss_chunk, selection: chosen, dir, data, validation };
+    let plan = Plan {
+        args,
+        preset,
+        config,
+        batch,
+        seq,
+        steps,
+        lr,
+        loss_chunk,
+        example_selection: examples,
+        dir,
+        data,
+        validation,
+    };
     // On `Lean`: its GEMMs are cuBLASLt's on CUDA; every other op is the backend's own.
-    let (summary, outcome) = selection.run_lean_with(plan, checkpointing)?;
+    let (summary, outcome) = backend.run_lean_with(plan, checkpointing)?;
     println!("{summary}");
     plot_runs(&out, mode, &outcome, "gpt2", "GPT-2");
     Ok(())
@@ -237,8 +249,8 @@ impl BackendJob for Plan {
         B::seed(&device, args.run.seed);
         let model: Gpt2<B> =
             self.config.init::<B>(&device).with_loss_chunk(self.loss_chunk).with_attention(args.attention);
-        let selection = self.selection.clone();
-        let start = args.run.start(self.lr, self.steps, &args.execution, &args.average, selection)?;
+        let example_selection = self.example_selection.clone();
+        let start = args.run.start(self.lr, self.steps, &args.execution, &args.average, example_selection)?;
         let mut trainer = start_trainer(model, optimizer(), &start, &self.dir, device.clone(), None)?;
         let header = |first: usize| {
             format!(
