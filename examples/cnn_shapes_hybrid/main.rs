@@ -135,6 +135,28 @@ enum Source {
     Idx(std::sync::Arc<std::sync::Mutex<IdxSampler>>),
 }
 
+/// A resumed run moves an IDX epoch past the batches its earlier steps took without copying
+/// an image; generated shapes are drawn again.
+impl leanburn::runner::BatchSource for Source {
+    type Batch = ImageBatch;
+    type Error = common::Failure;
+
+    fn next_batch(&mut self) -> Result<ImageBatch, common::Failure> {
+        Ok(match self {
+            Source::Shapes(sampler) => sampler.sample(),
+            Source::Idx(sampler) => sampler.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).sample(),
+        })
+    }
+
+    fn skip(&mut self, count: usize) -> Result<(), common::Failure> {
+        match self {
+            Source::Shapes(sampler) => (0..count).for_each(|_| drop(sampler.sample())),
+            Source::Idx(sampler) => sampler.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).skip(count),
+        }
+        Ok(())
+    }
+}
+
 /// Everything a run needs, settled before any device work.
 struct Plan {
     args: Args,

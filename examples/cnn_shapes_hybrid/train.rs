@@ -135,7 +135,7 @@ impl Plan {
         let seed = args.run.seed.wrapping_add(rank.wrapping_mul(0x9e37_79b9_7f4a_7c15));
         let batch = args.batch as usize;
         let mut info_batch = None;
-        let mut source = match &self.images {
+        let source = match &self.images {
             Some(images) => {
                 let sampler = IdxSampler::new(images.clone(), batch, seed).map_err(|e| bad_input(e.to_string()))?;
                 let sampler = match args.info_batch {
@@ -160,12 +160,6 @@ impl Plan {
                     .with_noise(args.noise),
             ),
         };
-        let next_batch = || {
-            Ok(match &mut source {
-                Source::Shapes(sampler) => sampler.sample(),
-                Source::Idx(sampler) => sampler.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).sample(),
-            })
-        };
         let to_device = |batch: ImageBatch| batch.into_device::<B>(&device);
         let validate = |model: &M| {
             let evaluation = evaluate(&model.valid(), self.validation.iter().map(|b| b.to_device(&device)).collect());
@@ -178,7 +172,7 @@ impl Plan {
             args.execution.sample_pool_ms,
             "img",
             header,
-            next_batch,
+            source,
             to_device,
             validate,
         )?;

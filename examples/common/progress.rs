@@ -7,7 +7,7 @@ use std::time::Duration;
 use burn::optim::Optimizer;
 use indicatif::{ProgressBar, ProgressStyle};
 use leanburn::memory::{format_bytes, InStepPeak, InStepReading};
-use leanburn::runner::StopRequest;
+use leanburn::runner::{BatchSource, StopRequest};
 use leanburn::MemoryProbe;
 use leanburn::{HybridBatch, HybridModel, HybridTrainer};
 use leanburn::{RunDir, RunEvent, RunOutcome, RunSettings, Runner, Validation};
@@ -64,6 +64,12 @@ impl Progress {
     pub fn on_event(&self, event: RunEvent<'_>, header: &mut Option<impl FnOnce(usize) -> String>) {
         let item = self.item;
         match event {
+            RunEvent::Resumed { first, batches, seconds } => self.bar.suspend(|| {
+                eprintln!(
+                    "resumed after step {first}: the data stream moved past {batches} batches in {:.3} s",
+                    seconds
+                )
+            }),
             RunEvent::Started { first, steps } => {
                 if let Some(header) = header.take() {
                     eprintln!("{}", header(first));
@@ -142,7 +148,7 @@ pub fn train<B, M, O, T, H>(
     sample_pool_ms: Option<u64>,
     item: &'static str,
     header: impl FnOnce(usize) -> String,
-    next_batch: impl FnMut() -> Result<H, Failure>,
+    batches: impl BatchSource<Batch = H, Error = Failure>,
     to_device: impl Fn(H) -> T,
     validate: impl FnMut(&M) -> Validation,
 ) -> Result<RunOutcome, Failure>
@@ -153,8 +159,7 @@ where
     T: HybridBatch<B>,
 {
     if trainer.replica().is_some_and(|replica| !replica.is_leader()) {
-        let next_batch = next_batch_with_message(next_batch);
-        return Ok(Runner::follower(settings).run(trainer, next_batch, to_device, validate, |_| {})?);
+        return Ok(Runner::follower(settings).run(trainer, WithMessage(batches), to_device, validate, |_| {})?);
     }
     let sampler = sample_pool_ms.map(|ms| InStepPeak::start::<B>(trainer.device(), Duration::from_millis(ms)));
     if sampler.as_ref().is_some_and(Option::is_none) {
@@ -162,7 +167,6 @@ where
     }
     let progress = Progress::new(item).with_in_step_peak(sampler.flatten());
     let mut header = Some(header);
-    let next_batch = next_batch_with_message(next_batch);
     let mut runner = Runner::new(settings).in_dir(dir);
     // Ctrl-C or SIGTERM: the step in progress finishes and is checkpointed (a data-parallel
     // run's replicas would have to stop together, so it keeps the default: the process ends).
@@ -172,7 +176,8 @@ where
             Err(err) => eprintln!("warning: no SIGINT/SIGTERM handler ({err}): a signal ends the run unsaved"),
         }
     }
-    let outcome = runner.run(trainer, next_batch, to_device, validate, |event| progress.on_event(event, &mut header));
+    let outcome =
+        runner.run(trainer, WithMessage(batches), to_device, validate, |event| progress.on_event(event, &mut header));
     progress.finish();
     if let Some(line) = progress.in_step_summary() {
         eprintln!("{line}");
@@ -181,8 +186,19 @@ where
 }
 
 /// A batch source whose failures carry their message through the runner's error.
-fn next_batch_with_message<H>(mut next_batch: impl FnMut() -> Result<H, Failure>) -> impl FnMut() -> Result<H, String> {
-    move || next_batch().map_err(|failure| failure.message)
+struct WithMessage<S>(S);
+
+impl<S: BatchSource<Error = Failure>> BatchSource for WithMessage<S> {
+    type Batch = S::Batch;
+    type Error = String;
+
+    fn next_batch(&mut self) -> Result<S::Batch, String> {
+        self.0.next_batch().map_err(|failure| failure.message)
+    }
+
+    fn skip(&mut self, count: usize) -> Result<(), String> {
+        self.0.skip(count).map_err(|failure| failure.message)
+    }
 }
 
 /// When this process's first step ended, in seconds after it started.

@@ -3,9 +3,10 @@
 use std::time::Instant;
 
 use leanburn::data::{
-    evaluation_windows, Corpus, CorpusFingerprint, CorpusSource, Gpt2Tokenizer, HostBatch, TokenDataset,
+    evaluation_windows, Corpus, CorpusFingerprint, CorpusSource, Gpt2Tokenizer, HostBatch, Split, TokenDataset,
+    WindowSampler,
 };
-use leanburn::runner::CorpusCheck;
+use leanburn::runner::{BatchSource, CorpusCheck};
 use leanburn::RunDir;
 
 use super::Args;
@@ -53,4 +54,25 @@ fn check_corpus(dir: &RunDir, fingerprint: &CorpusFingerprint, args: &Args) -> R
         CorpusCheck::Recorded | CorpusCheck::Same => {}
     }
     Ok(())
+}
+
+/// The training stream: `batch × seq` windows drawn from the training tokens. A resumed
+/// run moves it past the windows its earlier steps took by drawing their offsets again,
+/// copying none.
+pub struct TrainWindows<'a> {
+    pub sampler: WindowSampler,
+    pub tokens: &'a [u32],
+}
+
+impl BatchSource for TrainWindows<'_> {
+    type Batch = HostBatch;
+    type Error = Failure;
+
+    fn next_batch(&mut self) -> Result<HostBatch, Failure> {
+        self.sampler.sample(self.tokens, Split::Train).map_err(|e| broke(e.to_string()))
+    }
+
+    fn skip(&mut self, count: usize) -> Result<(), Failure> {
+        self.sampler.skip(count, self.tokens, Split::Train).map_err(|e| broke(e.to_string()))
+    }
 }

@@ -31,10 +31,10 @@ use clap::{ArgMatches, CommandFactory, Parser};
 use common::average::AverageArgs;
 use common::selection::SelectArgs;
 use common::{
-    bad_input, broke, config, exit_on_failure, init_kernel_cache, plot_runs, run_settings, start_trainer, summary,
-    train, ExecutionArgs, Failure, RunArgs,
+    bad_input, config, exit_on_failure, init_kernel_cache, plot_runs, run_settings, start_trainer, summary, train,
+    ExecutionArgs, Failure, RunArgs,
 };
-use leanburn::data::{HostBatch, Split, TokenDataset, WindowSampler};
+use leanburn::data::{HostBatch, TokenDataset, WindowSampler};
 use leanburn::model::{Gpt2, Gpt2Attention, Gpt2Config, GPT2_PRESETS};
 use leanburn::optim::{clipped_adamw, ClippedAdamW};
 use leanburn::select::{select, Chosen};
@@ -275,9 +275,8 @@ impl BackendJob for Plan {
         };
         let settings =
             run_settings(self.steps, args.eval_every, args.run.checkpoint_every, trainer.config().warmup_steps);
-        let mut sampler =
-            WindowSampler::new(self.batch, self.seq, args.run.seed).map_err(|e| bad_input(e.to_string()))?;
-        let next_batch = || sampler.sample(self.data.train(), Split::Train).map_err(|e| broke(e.to_string()));
+        let sampler = WindowSampler::new(self.batch, self.seq, args.run.seed).map_err(|e| bad_input(e.to_string()))?;
+        let batches = corpus::TrainWindows { sampler, tokens: self.data.train() };
         let to_device = |batch: HostBatch| batch.into_device::<B>(&device);
         let validate =
             |model: &Gpt2<B>| Validation { loss: model.valid().evaluate(&self.validation, &device), accuracy: None };
@@ -288,7 +287,7 @@ impl BackendJob for Plan {
             args.execution.sample_pool_ms,
             "tok",
             header,
-            next_batch,
+            batches,
             to_device,
             validate,
         )?;

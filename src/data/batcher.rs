@@ -56,6 +56,21 @@ impl WindowSampler {
         let starts = (0..self.batch).map(|_| rng.random_range(0..=last_start));
         Ok(HostBatch::from_windows(tokens, starts, self.batch, self.seq_len))
     }
+
+    /// Moves past `batches` batches of [`sample`](Self::sample) on the same `tokens`: the
+    /// same draws of their start offsets, no window copied (a resumed run's way back to
+    /// where it stopped: 10,000 steps of 8 windows are 80,000 draws). Fails as `sample`.
+    pub fn skip(&mut self, batches: usize, tokens: &[u32], split: Split) -> Result<(), DataError> {
+        let needed = self.seq_len + 1;
+        if tokens.len() < needed {
+            return Err(DataError::CorpusTooShort { available: tokens.len(), needed, split });
+        }
+        let last_start = tokens.len() - needed;
+        for _ in 0..batches * self.batch {
+            self.rng.random_range(0..=last_start);
+        }
+        Ok(())
+    }
 }
 
 /// Deterministic evaluation batches: non-overlapping windows spread evenly over `tokens`,
@@ -271,6 +286,27 @@ mod tests {
         };
         assert_eq!(draw(42), draw(42));
         assert_ne!(draw(42), draw(43));
+    }
+
+    /// Skipping batches draws the same offsets as sampling them, copying no window: the
+    /// next batch is the same; the control: one batch fewer skipped gives another. A split
+    /// too short to sample is refused as `sample` refuses it.
+    #[test]
+    fn skipping_batches_lands_where_sampling_them_would() {
+        let tokens = count(5_000);
+        for skipped in [0, 1, 7, 300] {
+            let mut sampled = WindowSampler::new(4, 16, 11).expect("sampler");
+            (0..skipped).for_each(|_| drop(sampled.sample(&tokens, Split::Train).unwrap()));
+            let mut skipping = WindowSampler::new(4, 16, 11).expect("sampler");
+            skipping.skip(skipped, &tokens, Split::Train).unwrap();
+            let next = sampled.sample(&tokens, Split::Train).unwrap();
+            assert_eq!(skipping.sample(&tokens, Split::Train).unwrap(), next, "after {skipped} batches");
+            let mut short = WindowSampler::new(4, 16, 11).expect("sampler");
+            short.skip(skipped + 1, &tokens, Split::Train).unwrap();
+            assert_ne!(short.sample(&tokens, Split::Train).unwrap(), next, "control: {} skipped", skipped + 1);
+        }
+        let mut sampler = WindowSampler::new(4, 16, 11).expect("sampler");
+        assert!(matches!(sampler.skip(3, &count(10), Split::Train), Err(DataError::CorpusTooShort { .. })));
     }
 
     #[test]

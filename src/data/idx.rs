@@ -212,6 +212,26 @@ impl IdxSampler {
     /// The next `batch` images, starting a new shuffled epoch where this one runs out
     /// (with InfoBatch also where annealing begins: from there every epoch is whole).
     pub fn sample(&mut self) -> ImageBatch {
+        let (indices, weights): (Vec<usize>, Vec<f32>) = self.pick().into_iter().unzip();
+        let batch = self.images.batch(&indices);
+        if let Some(info) = self.info_batch.as_mut() {
+            info.issue(indices, weights);
+        }
+        batch
+    }
+
+    /// Moves past `batches` batches of [`sample`](Self::sample): the same epochs planned and
+    /// the same images picked, none copied (a resumed run's way back to where it stopped).
+    /// With InfoBatch the skipped epochs are planned without the losses those batches would
+    /// have given back (the CNN example refuses to resume such a run).
+    pub fn skip(&mut self, batches: usize) {
+        for _ in 0..batches {
+            self.pick();
+        }
+    }
+
+    /// The next batch's images and their weights, planning a new epoch where one ends.
+    fn pick(&mut self) -> Vec<(usize, f32)> {
         let mut picked = Vec::with_capacity(self.batch);
         if let Some(info) = self.info_batch.as_ref() {
             if info.annealing() && self.order.len() < self.images.len() {
@@ -232,12 +252,7 @@ impl IdxSampler {
             picked.push(self.order[self.next]);
             self.next += 1;
         }
-        let (indices, weights): (Vec<usize>, Vec<f32>) = picked.into_iter().unzip();
-        let batch = self.images.batch(&indices);
-        if let Some(info) = self.info_batch.as_mut() {
-            info.issue(indices, weights);
-        }
-        batch
+        picked
     }
 }
 
@@ -311,6 +326,26 @@ mod tests {
         let again = IdxSampler::new(set.clone(), 5, 3).unwrap().sample();
         assert_eq!(again, IdxSampler::new(set.clone(), 5, 3).unwrap().sample(), "the same seed, the same batches");
         assert_ne!(again.labels, IdxSampler::new(set, 5, 4).unwrap().sample().labels, "control: another seed");
+    }
+
+    /// Skipping batches leaves the sampler where drawing them would, across epochs (7
+    /// images in batches of 3: epochs end inside batches); the control: one batch fewer
+    /// skipped is somewhere else.
+    #[test]
+    fn skipping_batches_lands_where_drawing_them_would() {
+        let (images, labels) = pair(7, 2, 10);
+        let set = IdxImages::parse(&images, &labels).unwrap();
+        for skipped in [0, 1, 2, 5, 11] {
+            let mut drawn = IdxSampler::new(set.clone(), 3, 9).unwrap();
+            (0..skipped).for_each(|_| drop(drawn.sample()));
+            let mut skipping = IdxSampler::new(set.clone(), 3, 9).unwrap();
+            skipping.skip(skipped);
+            let next: Vec<_> = (0..4).map(|_| drawn.sample()).collect();
+            assert_eq!((0..4).map(|_| skipping.sample()).collect::<Vec<_>>(), next, "after {skipped} batches");
+            let mut short = IdxSampler::new(set.clone(), 3, 9).unwrap();
+            short.skip(skipped + 1);
+            assert_ne!((0..4).map(|_| short.sample()).collect::<Vec<_>>(), next, "control: {} skipped", skipped + 1);
+        }
     }
 
     #[test]

@@ -10,6 +10,10 @@ use crate::trainer::{AverageVerdict, StepReport};
 /// [`Runner::run`](super::Runner::run) as it happens.
 #[derive(Debug)]
 pub enum RunEvent<'a> {
+    /// A resumed run moved its batch source past the `batches` its first `first` steps
+    /// took, in `seconds` ([`BatchSource::skip`](super::BatchSource::skip)); before
+    /// [`RunEvent::Started`].
+    Resumed { first: usize, batches: usize, seconds: f64 },
     /// The run begins (or resumes) after `first` steps and ends at `steps`.
     Started { first: usize, steps: usize },
     /// A step finished.

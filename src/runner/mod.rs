@@ -33,6 +33,7 @@ mod outcome;
 mod parallel;
 mod run;
 mod settings;
+mod source;
 mod stop;
 mod validation;
 
@@ -49,5 +50,6 @@ pub use outcome::RunOutcome;
 pub use parallel::data_parallel;
 pub use run::Runner;
 pub use settings::RunSettings;
+pub use source::BatchSource;
 pub use stop::StopRequest;
 pub use validation::{Validation, ValidationPoint};

@@ -8,6 +8,7 @@ use super::error::RunError;
 use super::event::RunEvent;
 use super::outcome::RunOutcome;
 use super::settings::RunSettings;
+use super::source::BatchSource;
 use super::stop::StopRequest;
 use super::validation::{Validation, ValidationLog, ValidationPoint};
 use crate::memory::{MemoryMonitor, MemoryProbe};
@@ -64,19 +65,20 @@ impl<'a> Runner<'a> {
     /// Trains from the trainer's current step up to the settings' end.
     ///
     /// Each step takes [`accumulation_steps`](crate::trainer::ExecutionConfig) host
-    /// batches from `next_batch`, moved to the device one at a time by `to_device`. A
-    /// resumed run first draws and drops the batches its earlier steps consumed, so the
-    /// stream continues as if uninterrupted. `validate` scores the model (before the
+    /// batches from `batches` (a closure returning the next one, or any [`BatchSource`]),
+    /// moved to the device one at a time by `to_device`. A resumed run first moves the
+    /// source past the batches its earlier steps took ([`BatchSource::skip`]; a closure
+    /// draws and drops them), so the stream continues as if uninterrupted. `validate` scores the model (before the
     /// first step of a new run, then on the cadence and at the end); `on_event` hears
     /// every step, validation and checkpoint as it happens.
     ///
     /// With a weight average (`HybridTrainer::with_weight_average`), each validation is
     /// preceded by [`HybridTrainer::verify_average`], and `validate` scores the weights it
     /// chose (the point's `weights` says which); its seconds count as training.
-    pub fn run<B, M, O, T, H, E>(
+    pub fn run<B, M, O, T, H, S>(
         &self,
         trainer: &mut HybridTrainer<B, M, O, T>,
-        mut next_batch: impl FnMut() -> Result<H, E>,
+        mut batches: S,
         to_device: impl Fn(H) -> T,
         mut validate: impl FnMut(&M) -> Validation,
         mut on_event: impl FnMut(RunEvent<'_>),
@@ -86,7 +88,8 @@ impl<'a> Runner<'a> {
         M: HybridModel<B, T>,
         O: Optimizer<M, B>,
         T: HybridBatch<B>,
-        E: Into<Box<dyn std::error::Error + Send + Sync>>,
+        S: BatchSource<Batch = H>,
+        S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
     {
         let settings = &self.settings;
         settings.validate()?;
@@ -99,12 +102,14 @@ impl<'a> Runner<'a> {
             return Err(RunError::AlreadyFinished { out, taken: first, steps: settings.steps });
         }
         let micro_batches = trainer.execution().accumulation_steps;
-        let mut draw = |step: usize| next_batch().map_err(|err| RunError::Data { step, source: err.into() });
-        for step in 1..=first {
-            for _ in 0..micro_batches {
-                draw(step)?;
-            }
+        if first > 0 {
+            // The stream continues where the earlier steps left it.
+            let started = std::time::Instant::now();
+            let skipped = first * micro_batches;
+            batches.skip(skipped).map_err(|err| RunError::Data { step: first, source: err.into() })?;
+            on_event(RunEvent::Resumed { first, batches: skipped, seconds: started.elapsed().as_secs_f64() });
         }
+        let mut draw = |step: usize| batches.next_batch().map_err(|err| RunError::Data { step, source: err.into() });
 
         let history = match self.dir {
             Some(dir) if first > 0 => dir.history()?,

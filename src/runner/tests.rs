@@ -78,6 +78,7 @@ fn a_new_run_validates_and_checkpoints_on_its_cadence_and_tells_each_event() {
     let mut events = Vec::new();
     let on_event = |event: RunEvent<'_>| {
         events.push(match event {
+            RunEvent::Resumed { first, .. } => format!("resumed {first}"),
             RunEvent::Started { first, steps } => format!("start {first}..{steps}"),
             RunEvent::Step { record, .. } => format!("step {}", record.step + 1),
             RunEvent::Validated { point, .. } => format!("validate {}", point.step),
@@ -173,6 +174,67 @@ fn a_resumed_run_continues_the_batch_stream_and_holds_the_whole_history() {
     assert_eq!(firsts(&resumed.records), [true, false, false, true, false, false]);
     assert_eq!(firsts(&RunDir::existing(&split, "hybrid").history().unwrap().records), firsts(&resumed.records));
     assert_eq!(firsts(&uninterrupted.records), [true, false, false, false, false, false]);
+    let _ = fs::remove_dir_all(whole);
+    let _ = fs::remove_dir_all(split);
+}
+
+/// Indices of a batch stream that skips without drawing, counting what it drew.
+struct Skipping<'a> {
+    next: usize,
+    drawn: &'a Cell<usize>,
+}
+
+impl BatchSource for Skipping<'_> {
+    type Batch = usize;
+    type Error = std::io::Error;
+
+    fn next_batch(&mut self) -> Result<usize, std::io::Error> {
+        self.drawn.set(self.drawn.get() + 1);
+        self.next += 1;
+        Ok(self.next - 1)
+    }
+
+    fn skip(&mut self, count: usize) -> Result<(), std::io::Error> {
+        self.next += count;
+        Ok(())
+    }
+}
+
+/// A resumed run moves a source that can skip past its earlier steps' batches without
+/// drawing them, and trains on the batches the unbroken run took (the closure source of
+/// the test above, the control, draws and drops them: six draws for three steps).
+#[test]
+fn a_resumed_run_skips_a_skipping_source_without_drawing() {
+    let whole = scratch("skip-whole");
+    let uninterrupted_dir = RunDir::open(&whole, "hybrid", StartMode::Fresh).unwrap();
+    let mut trainer = start(&uninterrupted_dir);
+    let settings = RunSettings::new(6).with_eval_every(Some(3)).with_checkpoint_every(Some(3));
+    let runner = Runner::new(settings.clone()).in_dir(&uninterrupted_dir);
+    runner.run(&mut trainer, stream(&Cell::new(0)), batch, score, |_| {}).unwrap();
+    let expected = flat(trainer.model());
+
+    let split = scratch("skip-split");
+    run_to(&RunDir::open(&split, "hybrid", StartMode::Fresh).unwrap(), 3).unwrap();
+    let dir = RunDir::open(&split, "hybrid", StartMode::Resume).unwrap();
+    let mut trainer = start(&dir);
+    let drawn = Cell::new(0);
+    let first_batch = Cell::new(None);
+    let to_device = |i: usize| {
+        first_batch.set(first_batch.get().or(Some(i)));
+        batch(i)
+    };
+    let mut resumed = None;
+    let on_event = |event: RunEvent<'_>| {
+        if let RunEvent::Resumed { first, batches, .. } = event {
+            resumed = Some((first, batches));
+        }
+    };
+    let source = Skipping { next: 0, drawn: &drawn };
+    Runner::new(settings).in_dir(&dir).run(&mut trainer, source, to_device, score, on_event).unwrap();
+    assert_eq!(resumed, Some((3, 3)), "the resume is told, with the batches skipped");
+    assert_eq!(first_batch.get(), Some(3), "the batch the unbroken run's fourth step took");
+    assert_eq!(drawn.get(), 3, "only the resumed steps' batches were drawn");
+    assert_close(&flat(trainer.model()), &expected, "the weights of the uninterrupted run");
     let _ = fs::remove_dir_all(whole);
     let _ = fs::remove_dir_all(split);
 }
