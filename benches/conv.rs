@@ -38,8 +38,8 @@ use burn_fusion::Fusion;
 use clap::{Parser, ValueEnum};
 use cubecl::prelude::{tf32, CubePrimitive};
 use leanburn::backend::{conv2d_plan, ChunkedConv};
+use leanburn::device::{select, Chosen};
 use leanburn::memory::format_bytes;
-use leanburn::select::{select, Chosen};
 use leanburn::BackendArgs;
 use leanburn::MemoryProbe;
 use leanburn::{ConvBudget, Lean};
@@ -451,15 +451,15 @@ fn run_cube<R: CubeRuntime, BT: BoolElement>(args: &Args, device: R::Device) -> 
 
 fn main() {
     let args = Args::parse();
-    let selection = match select(&args.backend) {
-        Ok(selection) => selection,
+    let backend = match select(&args.backend) {
+        Ok(backend) => backend,
         Err(err) => {
             eprintln!("error: {err}");
             std::process::exit(err.exit_code());
         }
     };
-    eprintln!("{selection}");
-    let wrong = match selection.chosen {
+    eprintln!("{backend}");
+    let wrong = match backend.chosen {
         #[cfg(feature = "cuda")]
         Chosen::Cuda { ordinal } => {
             run_cube::<cubecl::cuda::CudaRuntime, u8>(&args, burn::backend::cuda::CudaDevice::new(ordinal))

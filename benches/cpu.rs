@@ -196,7 +196,7 @@ fn report(args: &Args, rows: &[Measurement]) {
 /// The child: `warmup + steps` full steps of GPT-2 on `B`.
 fn measure<B>(args: &Args, name: &str) -> Result<Measurement, String>
 where
-    B: leanburn::select::TrainBackend,
+    B: leanburn::device::TrainBackend,
     B::Device: Default,
 {
     let device = B::Device::default();

@@ -69,9 +69,9 @@ use burn::train::InferenceStep;
 use clap::{Parser, ValueEnum};
 use leanburn::backend::lean_attention;
 use leanburn::data::{HostBatch, Split, WindowSampler};
+use leanburn::device::{select, BackendKind};
 use leanburn::model::{Gpt2, Gpt2Config};
 use leanburn::optim::ClippedAdamW;
-use leanburn::select::{select, BackendKind};
 use leanburn::trainer::ForwardLoss;
 use leanburn::{BackendArgs, BackendJob, TrainBackend};
 use serde::{Deserialize, Serialize};
@@ -181,12 +181,12 @@ fn run(args: &Args) -> Result<(), String> {
     if seq == 0 || seq > config.context || args.batch == 0 || args.reps == 0 {
         return Err(format!("need 1 ≤ --seq ≤ {} (the preset's context), --batch ≥ 1 and --reps ≥ 1", config.context));
     }
-    let selection = select(&args.backend).map_err(|e| e.to_string())?;
-    eprintln!("{selection}");
-    let name = selection.kind().to_string();
-    let cubecl = selection.kind() != BackendKind::Cpu;
-    let ours = selection.run_lean(Parts { args: args.clone(), config: config.clone(), seq, cubecl })?;
-    let device = if selection.kind() == BackendKind::Cpu { "cpu" } else { "cuda" };
+    let backend = select(&args.backend).map_err(|e| e.to_string())?;
+    eprintln!("{backend}");
+    let name = backend.kind().to_string();
+    let cubecl = backend.kind() != BackendKind::Cpu;
+    let ours = backend.run_lean(Parts { args: args.clone(), config: config.clone(), seq, cubecl })?;
+    let device = if backend.kind() == BackendKind::Cpu { "cpu" } else { "cuda" };
     // PyTorch has a side only for the timed parts.
     let timed = args.parts.iter().any(|part| matches!(part, Part::Gemm | Part::Attention | Part::Step));
     let torch = match &args.pytorch {

@@ -53,8 +53,8 @@ use std::time::Instant;
 use burn::module::AutodiffModule;
 use clap::Parser;
 use leanburn::data::{evaluation_windows, Corpus, Gpt2Tokenizer, HostBatch, Split, TokenDataset, WindowSampler};
+use leanburn::device::select;
 use leanburn::model::{Gpt2, Gpt2Config};
-use leanburn::select::select;
 use leanburn::trainer::SelectionRule;
 use leanburn::{AverageConfig, HybridConfig, HybridTrainer, LrSchedule, SelectionConfig, StepReport};
 use leanburn::{BackendArgs, BackendJob, TrainBackend};
@@ -590,8 +590,8 @@ fn run(args: Args) -> Result<(), String> {
     if args.seq > config.context {
         return Err(format!("--seq {} exceeds {}'s context of {}", args.seq, args.preset, config.context));
     }
-    let selection = select(&args.backend).map_err(|e| e.to_string())?;
-    eprintln!("{selection}");
+    let backend = select(&args.backend).map_err(|e| e.to_string())?;
+    eprintln!("{backend}");
 
     let max_bytes = Some(args.corpus_mib << 20);
     let corpus = match &args.data {
@@ -609,5 +609,5 @@ fn run(args: Args) -> Result<(), String> {
     if validation.is_empty() {
         return Err("the validation split is too short for one evaluation batch".into());
     }
-    selection.run_lean(Bench { args, config, data, validation })
+    backend.run_lean(Bench { args, config, data, validation })
 }

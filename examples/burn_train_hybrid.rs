@@ -28,8 +28,8 @@ use burn::train::{Learner, SupervisedTraining, TrainingStrategy};
 use clap::Parser;
 use common::{bad_input, exit_on_failure, init_kernel_cache, Failure, Mode};
 use leanburn::data::{shapes_dataset, IdxImages, ImageBatch, ShapeBatcher, SHAPE_CLASSES};
+use leanburn::device::select;
 use leanburn::model::{ConvClassifier, ConvClassifierConfig};
-use leanburn::select::select;
 use leanburn::trainer::ScheduledLr;
 use leanburn::HybridStrategy;
 use leanburn::{BackendArgs, BackendJob, TrainBackend};
@@ -81,7 +81,7 @@ struct Args {
 fn main() {
     common::allocator::keep_freed_memory();
     // SAFETY: first thing in main, before any thread exists.
-    unsafe { leanburn::select::quiet_headless_vulkan() };
+    unsafe { leanburn::device::quiet_headless_vulkan() };
     exit_on_failure(run(Args::parse()));
 }
 
@@ -107,9 +107,9 @@ fn run(args: Args) -> Result<(), Failure> {
         return Err(bad_input(format!("{what} must be at least {}, got {side}", config.min_resolution())));
     }
     init_kernel_cache(&args.backend)?;
-    let selection = select(&args.backend).map_err(|e| Failure { code: e.exit_code(), message: e.to_string() })?;
-    eprintln!("{selection}");
-    println!("{}", selection.run(Job { args, config, images })?);
+    let backend = select(&args.backend).map_err(|e| Failure { code: e.exit_code(), message: e.to_string() })?;
+    eprintln!("{backend}");
+    println!("{}", backend.run(Job { args, config, images })?);
     Ok(())
 }
 

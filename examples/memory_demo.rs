@@ -16,9 +16,9 @@ use burn::optim::{AdamConfig, GradientsParams, Optimizer};
 use burn::prelude::*;
 use burn::tensor::Distribution;
 use clap::Parser;
+use leanburn::device::{init_kernel_cache, select, KernelCache};
 use leanburn::memory::trim;
 use leanburn::model::SmallCnnConfig;
-use leanburn::select::{init_kernel_cache, select, KernelCache};
 use leanburn::{BackendArgs, BackendJob, TrainBackend};
 use leanburn::{MemoryMonitor, MemoryProbe};
 
@@ -43,7 +43,7 @@ struct Args {
 
 fn main() -> ExitCode {
     // SAFETY: first thing in main, before any thread exists.
-    unsafe { leanburn::select::quiet_headless_vulkan() };
+    unsafe { leanburn::device::quiet_headless_vulkan() };
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("LEANBURN_LOG").unwrap_or_else(|_| "warn".into()))
         .with_writer(std::io::stderr)
@@ -58,23 +58,23 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     }
-    let selection = match select(&args.backend) {
-        Ok(selection) => selection,
+    let backend = match select(&args.backend) {
+        Ok(backend) => backend,
         Err(err) => {
             eprintln!("error: {err}");
             return ExitCode::from(err.exit_code() as u8);
         }
     };
-    println!("leanburn: {selection}");
+    println!("leanburn: {backend}");
     let demo = Demo { steps: args.steps, batch: args.batch as usize, side: args.resolution as usize };
     if args.lean {
         println!(
             "leanburn: convolutions through Lean<..> (budget {} MiB)",
             leanburn::backend::ConvBudget::current().bytes() / (1024 * 1024)
         );
-        selection.run_lean(demo);
+        backend.run_lean(demo);
     } else {
-        selection.run(demo);
+        backend.run(demo);
     }
     ExitCode::SUCCESS
 }

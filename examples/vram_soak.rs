@@ -22,9 +22,9 @@ use burn::tensor::backend::AutodiffBackend;
 use clap::{Parser, ValueEnum};
 use common::{bad_input, exit_on_failure, init_kernel_cache, Failure, Progress};
 use leanburn::data::{ShapeSampler, Split, WindowSampler, SHAPE_CLASSES};
+use leanburn::device::{select, Chosen};
 use leanburn::memory::format_bytes;
 use leanburn::model::{ConvClassifierConfig, Gpt2Config, GPT2_PRESETS};
-use leanburn::select::{select, Chosen};
 use leanburn::MemoryProbe;
 use leanburn::{BackendArgs, BackendJob, TrainBackend};
 use leanburn::{HybridBatch, HybridConfig, HybridModel, HybridTrainer, LrSchedule};
@@ -73,7 +73,7 @@ enum SoakModel {
 fn main() {
     common::allocator::keep_freed_memory();
     // SAFETY: first thing in main, before any thread exists.
-    unsafe { leanburn::select::quiet_headless_vulkan() };
+    unsafe { leanburn::device::quiet_headless_vulkan() };
     exit_on_failure(run(Args::parse()));
 }
 
@@ -82,16 +82,16 @@ fn run(args: Args) -> Result<(), Failure> {
         return Err(bad_input(format!("--settle {} leaves no steps of --steps {} to judge", args.settle, args.steps)));
     }
     init_kernel_cache(&args.backend)?;
-    let selection = select(&args.backend).map_err(|e| Failure { code: e.exit_code(), message: e.to_string() })?;
-    eprintln!("{selection}");
-    let gpu = match &selection.chosen {
+    let backend = select(&args.backend).map_err(|e| Failure { code: e.exit_code(), message: e.to_string() })?;
+    eprintln!("{backend}");
+    let gpu = match &backend.chosen {
         Chosen::Wgpu { adapter, .. } => adapter.kind.is_hardware(),
         Chosen::Cpu => false,
         #[allow(unreachable_patterns)]
         _ => true,
     };
     let verdict = match args.model {
-        SoakModel::Cnn => selection.run_lean(CnnSoak(args)),
+        SoakModel::Cnn => backend.run_lean(CnnSoak(args)),
         SoakModel::Gpt2 => {
             let preset = args.preset.clone().unwrap_or_else(|| if gpu { "gpt2-small" } else { "gpt2-tiny" }.into());
             let config = Gpt2Config::preset(&preset).map_err(|e| bad_input(e.to_string()))?;
@@ -99,7 +99,7 @@ fn run(args: Args) -> Result<(), Failure> {
             if seq > config.context {
                 return Err(bad_input(format!("--seq {seq} exceeds {preset}'s context of {} tokens", config.context)));
             }
-            selection.run(Gpt2Soak { args, config, preset, seq })
+            backend.run(Gpt2Soak { args, config, preset, seq })
         }
     }?;
     println!("{verdict}");

@@ -21,7 +21,7 @@
 //!   [`BackendJob`] runs generic training code on the one chosen.
 //!
 //! The names above are the front door. Each module holds the rest of its topic (configs,
-//! errors, reports): [`backend`], [`trainer`], [`runner`], [`memory`], [`select`],
+//! errors, reports): [`backend`], [`trainer`], [`runner`], [`memory`], [`device`],
 //! [`optim`], [`init`]. [`model`] and [`data`] are reference material: the GPT-2 and the
 //! CNNs the examples train, their data pipelines, not part of the library's promise.
 //!
@@ -72,20 +72,20 @@
 
 pub mod backend;
 pub mod data;
+pub mod device;
 pub mod init;
 pub mod memory;
 pub mod model;
 pub mod optim;
 pub mod runner;
-pub mod select;
 pub mod trainer;
 
 pub use burn;
 
 pub use backend::{ConvBudget, Lean};
+pub use device::{select as select_backend, BackendArgs, BackendJob, TrainBackend};
 pub use memory::{MemoryMonitor, MemoryProbe};
 pub use runner::{HybridStrategy, RunDir, RunEvent, RunOutcome, RunSettings, Runner, StartMode, Validation};
-pub use select::{select as select_backend, BackendArgs, BackendJob, TrainBackend};
 pub use trainer::{
     AverageConfig, HybridBatch, HybridConfig, HybridModel, HybridTrainer, LrSchedule, SelectionConfig, StepLoss,
     StepReport, TrainerError,

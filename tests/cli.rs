@@ -31,7 +31,7 @@ fn unknown_backend_in_the_environment_exits_2() {
 
 #[test]
 fn cuda_without_a_driver_is_a_clear_error_not_a_panic() {
-    if !matches!(leanburn::select::probe_cuda(), leanburn::select::CudaStatus::Available { .. }) {
+    if !matches!(leanburn::device::probe_cuda(), leanburn::device::CudaStatus::Available { .. }) {
         let output = demo().args(["--backend", "cuda"]).output().unwrap();
         let all = text(&output);
         assert_eq!(output.status.code(), Some(1), "{all}");

@@ -26,9 +26,9 @@ use burn::tensor::Distribution;
 use burn_cubecl::CubeBackend;
 use common::{exclusive_device, image_batch, wgpu_device, CLASSES};
 use leanburn::backend::{conv2d_plan, conv_transpose2d_plan, ConvPlan};
+use leanburn::device::{init_memory_pool, DeviceChoice, PoolLayout};
 use leanburn::memory::MemorySample;
 use leanburn::model::SmallCnnConfig;
-use leanburn::select::{init_memory_pool, PoolLayout, Selection};
 use leanburn::MemoryProbe;
 use leanburn::{ConvBudget, Lean};
 
@@ -213,8 +213,8 @@ fn exact_pool_device() -> WgpuDevice {
     static INIT: std::sync::Once = std::sync::Once::new();
     let device = WgpuDevice::Cpu;
     INIT.call_once(|| {
-        let selection = Selection::wgpu(device.clone(), "the tiling tests' own device");
-        init_memory_pool(&selection, PoolLayout::ExclusivePages).expect("a fresh wgpu device takes a pool layout");
+        let backend = DeviceChoice::wgpu(device.clone(), "the tiling tests' own device");
+        init_memory_pool(&backend, PoolLayout::ExclusivePages).expect("a fresh wgpu device takes a pool layout");
     });
     device
 }

@@ -17,7 +17,7 @@ use burn::prelude::*;
 use burn::tensor::activation::gelu;
 use burn::tensor::backend::AutodiffBackend;
 use leanburn::backend::{exact_gelu, GeluOps};
-use leanburn::select::CubeWgpu;
+use leanburn::device::CubeWgpu;
 use leanburn::Lean;
 
 /// Largest absolute difference allowed between the autodiff gradient and the finite

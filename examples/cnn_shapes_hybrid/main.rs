@@ -45,7 +45,7 @@ use common::{
     bad_input, config, exit_on_failure, init_kernel_cache, plot_runs, ExecutionArgs, Failure, ParallelArgs, RunArgs,
 };
 use leanburn::data::{shapes_validation, IdxImages, IdxSampler, ImageBatch, ShapeSampler, SHAPE_CLASSES};
-use leanburn::select::select;
+use leanburn::device::select;
 use leanburn::BackendArgs;
 use leanburn::ConvBudget;
 use leanburn::RunDir;
@@ -124,7 +124,7 @@ const FIXED_ON_RESUME: &[&str] =
 fn main() {
     common::allocator::keep_freed_memory();
     // SAFETY: first thing in main, before any thread exists.
-    unsafe { leanburn::select::quiet_headless_vulkan() };
+    unsafe { leanburn::device::quiet_headless_vulkan() };
     exit_on_failure(config::parse_with_config::<Args>(FIXED_ON_RESUME).and_then(|(args, matches)| run(args, &matches)));
 }
 
@@ -226,18 +226,18 @@ fn run(args: Args, matches: &ArgMatches) -> Result<(), Failure> {
         ConvBudget::set_global(ConvBudget::from_mib(mib as usize));
     }
     init_kernel_cache(&args.backend)?;
-    let selection = select(&args.backend).map_err(|e| Failure { code: e.exit_code(), message: e.to_string() })?;
-    eprintln!("{selection}");
-    args.execution.check_precision(&selection)?;
+    let backend = select(&args.backend).map_err(|e| Failure { code: e.exit_code(), message: e.to_string() })?;
+    eprintln!("{backend}");
+    args.execution.check_precision(&backend)?;
     let devices = match &args.parallel.devices {
         Some(indices) => Some(
-            selection.replica_devices(indices).map_err(|e| Failure { code: e.exit_code(), message: e.to_string() })?,
+            backend.replica_devices(indices).map_err(|e| Failure { code: e.exit_code(), message: e.to_string() })?,
         ),
         None => None,
     };
     let dir = args.run.open(&args.out)?;
     let mut resolved = config::resolved(&Args::command(), matches);
-    resolved.insert("backend".into(), selection.kind().name().into());
+    resolved.insert("backend".into(), backend.kind().name().into());
     config::save(resolved, &dir.options_path())?;
     // Batches of the effective batch's size: a data-parallel run validates on the images a
     // one-device run with that batch does.
@@ -260,9 +260,9 @@ fn run(args: Args, matches: &ArgMatches) -> Result<(), Failure> {
     let (out, mode, checkpointing, conv) = (args.out.clone(), args.run.mode, args.execution.checkpointing, args.conv);
     let plan = Plan { args, config, dir, validation, images, resolution };
     let (summary, outcome) = match (devices, conv) {
-        (Some(devices), conv) => selection.run_replicated(&devices, plan, conv == ConvPath::Lean, checkpointing)?,
-        (None, ConvPath::Lean) => selection.run_lean_with(plan, checkpointing)?,
-        (None, ConvPath::Stock) => selection.run_with(plan, checkpointing)?,
+        (Some(devices), conv) => backend.run_replicated(&devices, plan, conv == ConvPath::Lean, checkpointing)?,
+        (None, ConvPath::Lean) => backend.run_lean_with(plan, checkpointing)?,
+        (None, ConvPath::Stock) => backend.run_with(plan, checkpointing)?,
     };
     println!("{summary}");
     plot_runs(&out, mode, &outcome, "cnn", "CNN on shapes");

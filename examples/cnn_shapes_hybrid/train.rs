@@ -7,9 +7,9 @@ use burn::prelude::{Int, Tensor};
 use std::sync::{Arc, Mutex};
 
 use leanburn::data::{IdxSampler, ImageBatch, InfoBatchConfig, ShapeSampler};
+use leanburn::device::ReplicatedJob;
 use leanburn::model::{ConvClassifier, Evaluation, ResNet};
 use leanburn::runner::{data_parallel, RunError};
-use leanburn::select::ReplicatedJob;
 use leanburn::trainer::{ExampleLosses, ForwardLoss, Replica};
 use leanburn::ConvBudget;
 use leanburn::HybridModel;

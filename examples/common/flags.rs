@@ -2,7 +2,7 @@
 //! execute (see `docs/memory.md`).
 
 use clap::ValueEnum;
-use leanburn::select::{Checkpointing, Selection};
+use leanburn::device::{Checkpointing, DeviceChoice};
 use leanburn::trainer::{ExecutionConfig, Precision, PrecisionConfig, TrimPolicy};
 use leanburn::TrainerError;
 use leanburn::{BackendJob, TrainBackend};
@@ -82,8 +82,8 @@ impl ExecutionArgs {
 
     /// Refuses `--precision` where the chosen backend cannot compute in it, before
     /// anything in `--out` is touched (the trainer checks again when it is built).
-    pub fn check_precision(&self, selection: &Selection) -> Result<(), Failure> {
-        if self.precision == Precision::F32 || selection.run(SupportsDtype(self.precision.dtype().into())) {
+    pub fn check_precision(&self, backend: &DeviceChoice) -> Result<(), Failure> {
+        if self.precision == Precision::F32 || backend.run(SupportsDtype(self.precision.dtype().into())) {
             return Ok(());
         }
         Err(bad_input(format!("--precision: {}", TrainerError::UnsupportedPrecision { precision: self.precision })))

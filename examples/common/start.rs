@@ -6,8 +6,8 @@ use std::sync::OnceLock;
 use std::time::Instant;
 
 use burn::optim::Optimizer;
+use leanburn::device::KernelCache;
 use leanburn::runner::RunError;
-use leanburn::select::KernelCache;
 use leanburn::trainer::{ExampleLosses, SelectableBatch};
 use leanburn::trainer::{ExecutionConfig, ForwardLoss, PrecisionConfig, Replica};
 use leanburn::BackendArgs;
@@ -23,14 +23,14 @@ use super::flags::Mode;
 pub(super) static STARTED: OnceLock<Instant> = OnceLock::new();
 
 /// Keeps compiled kernels and autotune results where `backend.kernel_cache` says (by
-/// default the user's cache directory; see `leanburn::select::init_kernel_cache`) and
+/// default the user's cache directory; see `leanburn::device::init_kernel_cache`) and
 /// says where. Call it before anything starts a thread: before selecting the backend.
 pub fn init_kernel_cache(backend: &BackendArgs) -> Result<(), Failure> {
     STARTED.get_or_init(Instant::now);
     let cache = backend.kernel_cache.clone().unwrap_or(KernelCache::Default);
     // SAFETY: the examples call this after reading their flags and before selecting a
     // backend, the first thing that starts threads.
-    let setup = unsafe { leanburn::select::init_kernel_cache(&cache) }
+    let setup = unsafe { leanburn::device::init_kernel_cache(&cache) }
         .map_err(|e| bad_input(format!("--kernel-cache: {e}")))?;
     eprintln!("{setup}");
     Ok(())

@@ -35,9 +35,9 @@ use common::{
     ExecutionArgs, Failure, RunArgs,
 };
 use leanburn::data::{HostBatch, TokenDataset, WindowSampler};
+use leanburn::device::{select, Chosen};
 use leanburn::model::{Gpt2, Gpt2Attention, Gpt2Config, GPT2_PRESETS};
 use leanburn::optim::{clipped_adamw, ClippedAdamW};
-use leanburn::select::{select, Chosen};
 use leanburn::trainer::Precision;
 use leanburn::SelectionConfig;
 use leanburn::{BackendArgs, BackendJob, TrainBackend};
@@ -130,7 +130,7 @@ const FIXED_ON_RESUME: &[&str] = &["preset", "seq", "batch", "pad-vocab", "lr", 
 fn main() {
     common::allocator::keep_freed_memory();
     // SAFETY: first thing in main, before any thread exists.
-    unsafe { leanburn::select::quiet_headless_vulkan() };
+    unsafe { leanburn::device::quiet_headless_vulkan() };
     exit_on_failure(config::parse_with_config::<Args>(FIXED_ON_RESUME).and_then(|(args, matches)| run(args, &matches)));
 }
 

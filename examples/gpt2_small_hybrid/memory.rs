@@ -1,11 +1,11 @@
 //! How much memory a GPT-2 run needs: the loss chunk chosen by default, the estimates
 //! printed at start, and the refusal of a run that cannot fit.
 
+use leanburn::device::{device_memory, largest_pool_page, BackendKind, DeviceChoice};
 use leanburn::memory::format_bytes;
 use leanburn::model::{
     default_loss_chunk, Gpt2Config, Gpt2MemoryEstimate, Gpt2PoolReserve, LossChunkDevice, PoolPages,
 };
-use leanburn::select::{device_memory, largest_pool_page, BackendKind, Selection};
 
 use super::Args;
 use crate::common::{bad_input, Failure};
@@ -15,17 +15,15 @@ use crate::common::{bad_input, Failure};
 /// GPU the largest chunk that fits a budget and what the device has left).
 pub fn loss_chunk(
     args: &Args,
-    selection: &Selection,
+    backend: &DeviceChoice,
     gpu: bool,
     config: &Gpt2Config,
     batch: usize,
     seq: usize,
 ) -> Option<usize> {
-    let device = match selection.kind() {
+    let device = match backend.kind() {
         BackendKind::Cpu => LossChunkDevice::Cpu,
-        _ if gpu => {
-            LossChunkDevice::Gpu { capacity: device_memory(selection), largest_page: largest_pool_page(selection) }
-        }
+        _ if gpu => LossChunkDevice::Gpu { capacity: device_memory(backend), largest_page: largest_pool_page(backend) },
         _ => LossChunkDevice::Software,
     };
     match args.loss_chunk {
@@ -40,7 +38,7 @@ pub fn loss_chunk(
 /// otherwise.
 pub fn check_memory(
     args: &Args,
-    selection: &Selection,
+    backend: &DeviceChoice,
     config: &Gpt2Config,
     preset: &str,
     batch: usize,
@@ -54,7 +52,7 @@ pub fn check_memory(
         "{preset}: {} parameters; batch {batch} × {seq} tokens; estimated peak {estimate}",
         config.parameter_count()
     );
-    let largest_page = largest_pool_page(selection);
+    let largest_page = largest_pool_page(backend);
     let reserve = largest_page.map(|largest| {
         let reserve =
             Gpt2PoolReserve::new(config, batch, seq, loss_chunk, args.attention, PoolPages::sub_slices(largest));
@@ -85,7 +83,7 @@ pub fn check_memory(
         }
     }
     let needed = reserve.map_or(estimate.total(), |reserve| reserve.total());
-    match device_memory(selection) {
+    match device_memory(backend) {
         Some(capacity) if needed > capacity && !args.ignore_memory_estimate => Err(bad_input(format!(
             "this run needs about {} but the device has {}: lower --batch or --seq, {}or a smaller \
              --preset (--ignore-memory-estimate starts anyway)",

@@ -190,7 +190,7 @@ impl<B: ChunkedConv> Backend for Lean<B> {
     }
 }
 
-// `Selection::run` needs memory telemetry on the training stack and its inner backend.
+// `DeviceChoice::run` needs memory telemetry on the training stack and its inner backend.
 impl<B: MemoryProbe + ChunkedConv> MemoryProbe for Lean<B> {
     fn memory_sample(device: &Self::Device) -> Option<MemorySample> {
         B::memory_sample(device)

@@ -13,7 +13,7 @@ pub struct HostMemory {
 }
 
 /// This process's resident memory (not the machine's total: that is
-/// [`select::total_host_memory`](crate::select::total_host_memory)). Reads
+/// [`device::total_host_memory`](crate::device::total_host_memory)). Reads
 /// `/proc/self/status`; `None` where it does not exist (not Linux) or cannot be
 /// parsed.
 pub fn process_memory() -> Option<HostMemory> {

@@ -13,7 +13,7 @@ use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Tensor, TensorData};
 
 use super::{ClippedAdamW, FusedAdamW, GlobalNormClipping, ADAM_EPSILON};
-use crate::select::TrainBackend;
+use crate::device::TrainBackend;
 
 /// Largest parameter difference after the steps (values about 0.5, updates about 1e-2).
 const TOLERANCE: f32 = 2e-6;

@@ -46,7 +46,7 @@ pub fn example(name: &str) -> Command {
     assert!(path.exists(), "{} is missing: run through `cargo test`, which builds the examples", path.display());
     let mut command = Command::new(path);
     command.env_remove("LEANBURN_BACKEND").env_remove("LEANBURN_ALLOW_SOFTWARE");
-    command.env(leanburn::select::CACHE_DIR_VAR, "off");
+    command.env(leanburn::device::CACHE_DIR_VAR, "off");
     command
 }
 

@@ -47,7 +47,7 @@ use leanburn::MemoryProbe;
 use leanburn::{HybridBatch, HybridTrainer};
 
 /// `Autodiff<Lean<CubeBackend<Wgpu>>>`: leanburn's convolutions inside autodiff.
-pub type LeanWgpu = burn::backend::Autodiff<leanburn::backend::Lean<leanburn::select::CubeWgpu>>;
+pub type LeanWgpu = burn::backend::Autodiff<leanburn::backend::Lean<leanburn::device::CubeWgpu>>;
 
 /// Live bytes in the device pool now.
 pub fn in_use<B: MemoryProbe>(device: &B::Device) -> u64 {

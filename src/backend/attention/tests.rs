@@ -121,7 +121,7 @@ fn lean_attention_matches_burns_output_and_gradients_on_ndarray() {
 fn the_fused_kernels_match_burns_output_and_gradients_on_wgpu() {
     // Few cases: every shape compiles Burn's own attention anew on llvmpipe (the kernels'
     // randomized test over long sequences is in leanburn-kernels).
-    assert_matches_burn::<crate::select::CubeWgpu>(5, 5);
+    assert_matches_burn::<crate::device::CubeWgpu>(5, 5);
     assert_matches_burn::<burn::backend::Wgpu>(6, 5);
 }
 
@@ -134,7 +134,7 @@ fn wgpu_runs_the_fused_kernels_and_flex_the_composed_path() {
     use burn::tensor::TensorPrimitive;
     use burn_backend::TensorMetadata;
 
-    use crate::select::CubeWgpu;
+    use crate::device::CubeWgpu;
 
     fn lse_dims<B: AttentionOps>() -> usize {
         let case = Case { batch: 2, heads: 3, queries: 10, keys: 10, head_dim: 8, causal: true, scores: 1, granule: 1 };

@@ -141,7 +141,7 @@ mod tests {
 
     use super::RUNS;
     use crate::backend::Lean;
-    use crate::select::CubeWgpu;
+    use crate::device::CubeWgpu;
 
     /// conv2d forward and both gradients on `B`, waited for; the queued pixel moves run.
     fn conv_step<B: burn::tensor::backend::AutodiffBackend<Device = WgpuDevice>>(device: &WgpuDevice) -> usize {

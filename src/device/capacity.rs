@@ -7,10 +7,10 @@
 use burn::backend::wgpu::WgpuRuntime;
 use cubecl::Runtime;
 
-use super::{Chosen, PoolLayout, Selection};
+use super::{Chosen, DeviceChoice, PoolLayout};
 
 /// Bytes of memory the device has, or `None` where it cannot be known.
-pub fn device_memory(selection: &Selection) -> Option<u64> {
+pub fn device_memory(selection: &DeviceChoice) -> Option<u64> {
     match &selection.chosen {
         #[cfg(feature = "cuda")]
         Chosen::Cuda { ordinal } => cuda_total_memory(*ordinal),
@@ -24,7 +24,7 @@ pub fn device_memory(selection: &Selection) -> Option<u64> {
 /// reports it (llvmpipe: 128 MiB). `None` on the CPU, which has no pool, and with
 /// exclusive pages, which are sized to their tensors. Reading it on wgpu starts the
 /// device's runtime, so call it after [`select`](super::select) has laid out the pool.
-pub fn largest_pool_page(selection: &Selection) -> Option<u64> {
+pub fn largest_pool_page(selection: &DeviceChoice) -> Option<u64> {
     if selection.pool == Some(PoolLayout::ExclusivePages) {
         return None;
     }
@@ -86,20 +86,20 @@ mod tests {
 
     #[test]
     fn pages_are_known_for_paged_pools_only() {
-        use crate::select::BackendKind;
-        let cpu = Selection { requested: BackendKind::Cpu, chosen: Chosen::Cpu, reason: String::new(), pool: None };
+        use crate::device::BackendKind;
+        let cpu = DeviceChoice { requested: BackendKind::Cpu, chosen: Chosen::Cpu, reason: String::new(), pool: None };
         assert_eq!(largest_pool_page(&cpu), None);
         // Exclusive pages are sized to their tensors: no page layout to round to. (The
         // control, sub-slices on wgpu, is read by the GPT-2 example's test.)
         let device = burn::backend::wgpu::WgpuDevice::DefaultDevice;
-        let adapter = crate::select::AdapterSummary {
+        let adapter = crate::device::AdapterSummary {
             name: "llvmpipe".into(),
-            kind: crate::select::AdapterKind::Software,
+            kind: crate::device::AdapterKind::Software,
             index_in_kind: 0,
             api: "Vulkan".into(),
             driver: String::new(),
         };
-        let exclusive = Selection {
+        let exclusive = DeviceChoice {
             requested: BackendKind::Wgpu,
             chosen: Chosen::Wgpu { device, adapter },
             reason: String::new(),

@@ -1,7 +1,7 @@
 //! Choosing the backend at run time: CUDA, wgpu (Vulkan/Metal) or the CPU.
 //!
 //! User code is written once, generic over the backend, as a [`BackendJob`]; [`select`]
-//! decides where it runs and [`Selection::run`] runs it there.
+//! decides where it runs and [`DeviceChoice::run`] runs it there.
 
 mod capacity;
 mod headless;
@@ -138,7 +138,7 @@ pub struct BackendArgs {
     #[cfg_attr(feature = "cli", arg(long, env = "LEANBURN_ALLOW_SOFTWARE"))]
     pub allow_software: bool,
     /// Where compiled kernels and autotune results are kept between runs (a directory, or
-    /// `off`); default `<user cache dir>/leanburn`. See `leanburn::select::init_kernel_cache`.
+    /// `off`); default `<user cache dir>/leanburn`. See `leanburn::device::init_kernel_cache`.
     #[cfg_attr(feature = "cli", arg(long, env = CACHE_DIR_VAR, value_parser = clap::value_parser!(KernelCache)))]
     pub kernel_cache: Option<KernelCache>,
     /// How the device's memory pool is laid out (wgpu only; see docs/memory.md, "The pool
@@ -163,7 +163,7 @@ pub enum Chosen {
 
 /// The outcome of [`select`]: what runs where, and why.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Selection {
+pub struct DeviceChoice {
     pub requested: BackendKind,
     pub chosen: Chosen,
     pub reason: String,
@@ -171,7 +171,7 @@ pub struct Selection {
     pub pool: Option<PoolLayout>,
 }
 
-impl Selection {
+impl DeviceChoice {
     /// The backend actually chosen (never `Auto`).
     pub fn kind(&self) -> BackendKind {
         match &self.chosen {
@@ -205,7 +205,7 @@ impl Selection {
     }
 }
 
-impl fmt::Display for Selection {
+impl fmt::Display for DeviceChoice {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.chosen {
             #[cfg(feature = "cuda")]
@@ -220,7 +220,7 @@ impl fmt::Display for Selection {
     }
 }
 
-impl Selection {
+impl DeviceChoice {
     /// The devices of a data-parallel run on the chosen backend, one replica each:
     /// `indices` are CUDA ordinals, wgpu adapters in the order listed (as `--device`), or
     /// the CPU backend's one device, 0. An index may repeat: its replicas share the
@@ -267,9 +267,9 @@ impl Selection {
 
 /// Chooses a backend for `args`, probing drivers without ever panicking on a missing one,
 /// and lays out the chosen device's pool as `args.memory_pool` asks ([`init_memory_pool`]).
-pub fn select(args: &BackendArgs) -> Result<Selection, SelectError> {
+pub fn select(args: &BackendArgs) -> Result<DeviceChoice, SelectError> {
     let mut selection = match args.backend {
-        BackendKind::Cpu => Selection {
+        BackendKind::Cpu => DeviceChoice {
             requested: BackendKind::Cpu,
             chosen: Chosen::Cpu,
             reason: "asked for by name".into(),
@@ -286,13 +286,13 @@ pub fn select(args: &BackendArgs) -> Result<Selection, SelectError> {
     Ok(selection)
 }
 
-fn select_cuda(index: usize, status: CudaStatus) -> Result<Selection, SelectError> {
+fn select_cuda(index: usize, status: CudaStatus) -> Result<DeviceChoice, SelectError> {
     match status {
         CudaStatus::Available { devices, .. } if index >= devices => {
             Err(SelectError::NoSuchCudaDevice { requested: index, available: devices })
         }
         #[cfg(feature = "cuda")]
-        CudaStatus::Available { .. } => Ok(Selection {
+        CudaStatus::Available { .. } => Ok(DeviceChoice {
             requested: BackendKind::Cuda,
             chosen: Chosen::Cuda { ordinal: index },
             reason: format!("asked for by name; {status}"),
@@ -313,13 +313,13 @@ fn wgpu_device(adapter: &AdapterSummary) -> WgpuDevice {
     }
 }
 
-fn select_wgpu(index: usize, adapters: &[AdapterSummary]) -> Result<Selection, SelectError> {
+fn select_wgpu(index: usize, adapters: &[AdapterSummary]) -> Result<DeviceChoice, SelectError> {
     if adapters.is_empty() {
         return Err(SelectError::NoWgpuAdapter);
     }
     let adapter =
         adapters.get(index).ok_or(SelectError::NoSuchWgpuAdapter { requested: index, available: adapters.len() })?;
-    Ok(Selection {
+    Ok(DeviceChoice {
         requested: BackendKind::Wgpu,
         chosen: Chosen::Wgpu { device: wgpu_device(adapter), adapter: adapter.clone() },
         reason: format!("asked for by name; adapter {index} of {}", adapters.len()),
@@ -327,11 +327,11 @@ fn select_wgpu(index: usize, adapters: &[AdapterSummary]) -> Result<Selection, S
     })
 }
 
-fn select_auto(args: &BackendArgs, cuda: CudaStatus, adapters: &[AdapterSummary]) -> Selection {
+fn select_auto(args: &BackendArgs, cuda: CudaStatus, adapters: &[AdapterSummary]) -> DeviceChoice {
     #[cfg(feature = "cuda")]
     if let CudaStatus::Available { devices, .. } = cuda {
         let ordinal = args.device_index.min(devices - 1);
-        return Selection {
+        return DeviceChoice {
             requested: BackendKind::Auto,
             chosen: Chosen::Cuda { ordinal },
             reason: format!("{cuda} answered"),
@@ -347,7 +347,7 @@ fn select_auto(args: &BackendArgs, cuda: CudaStatus, adapters: &[AdapterSummary]
         } else {
             "only a software adapter answered and --allow-software was given"
         };
-        return Selection {
+        return DeviceChoice {
             requested: BackendKind::Auto,
             chosen: Chosen::Wgpu { device: wgpu_device(adapter), adapter: adapter.clone() },
             reason: format!("no CUDA ({cuda}); {why}"),
@@ -358,7 +358,7 @@ fn select_auto(args: &BackendArgs, cuda: CudaStatus, adapters: &[AdapterSummary]
         Some(sw) => format!("wgpu found only {sw}, which auto skips (pass --allow-software or --backend wgpu)"),
         None => "wgpu found no adapter".to_string(),
     };
-    Selection {
+    DeviceChoice {
         requested: BackendKind::Auto,
         chosen: Chosen::Cpu,
         reason: format!("no CUDA ({cuda}); {wgpu_note}; falling back to the CPU"),
@@ -433,7 +433,7 @@ mod tests {
 
     #[test]
     fn replica_devices_exist_or_are_refused() {
-        let cpu = Selection { requested: BackendKind::Cpu, chosen: Chosen::Cpu, reason: String::new(), pool: None };
+        let cpu = DeviceChoice { requested: BackendKind::Cpu, chosen: Chosen::Cpu, reason: String::new(), pool: None };
         // The CPU's one device, twice: two replicas share it.
         assert_eq!(cpu.replica_devices(&[0, 0]).unwrap(), vec![Chosen::Cpu, Chosen::Cpu]);
         let err = cpu.replica_devices(&[0, 1]).unwrap_err();
@@ -441,7 +441,7 @@ mod tests {
         assert!(err.to_string().contains("--devices 0,0"), "{err}");
         assert_eq!(cpu.replica_devices(&[]).unwrap_err(), SelectError::NoDevices);
         // wgpu indices are checked against the adapters this machine lists.
-        let wgpu = Selection::wgpu(WgpuDevice::DefaultDevice, "test");
+        let wgpu = DeviceChoice::wgpu(WgpuDevice::DefaultDevice, "test");
         let listed = probe::probe_wgpu().len();
         assert_eq!(
             wgpu.replica_devices(&[listed]).unwrap_err(),

@@ -22,7 +22,7 @@ use burn::backend::wgpu::graphics::AutoGraphicsApi;
 use burn::backend::wgpu::{init_setup, MemoryConfiguration, RuntimeOptions, WgpuDevice};
 use serde::{Deserialize, Serialize};
 
-use super::{BackendKind, Chosen, Selection};
+use super::{BackendKind, Chosen, DeviceChoice};
 
 /// The layout of a device's memory pool (CubeCL's `MemoryConfiguration`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -91,7 +91,7 @@ pub enum PoolError {
 
 /// Lays out the memory pool of `selection`'s device as `layout`. Call it before anything
 /// runs on the device; [`select`](super::select) does, for `BackendArgs::memory_pool`.
-pub fn init_memory_pool(selection: &Selection, layout: PoolLayout) -> Result<(), PoolError> {
+pub fn init_memory_pool(selection: &DeviceChoice, layout: PoolLayout) -> Result<(), PoolError> {
     match &selection.chosen {
         Chosen::Wgpu { device, .. } => init_wgpu_pool(device, layout),
         _ => Err(PoolError::NotConfigurable { layout, backend: selection.kind() }),
@@ -141,7 +141,7 @@ mod tests {
 
     #[test]
     fn only_wgpu_takes_a_layout() {
-        let cpu = Selection { requested: BackendKind::Cpu, chosen: Chosen::Cpu, reason: String::new(), pool: None };
+        let cpu = DeviceChoice { requested: BackendKind::Cpu, chosen: Chosen::Cpu, reason: String::new(), pool: None };
         let err = init_memory_pool(&cpu, PoolLayout::ExclusivePages).unwrap_err();
         assert_eq!(err, PoolError::NotConfigurable { layout: PoolLayout::ExclusivePages, backend: BackendKind::Cpu });
         assert!(err.to_string().contains("only wgpu"), "{err}");

@@ -5,7 +5,7 @@ use burn::backend::flex::FlexDevice;
 use burn::backend::{Autodiff, Flex, Wgpu};
 use burn::tensor::backend::AutodiffBackend;
 
-use super::{Chosen, Selection};
+use super::{Chosen, DeviceChoice};
 use crate::backend::{Lean, OptimizerOps, TransformerOps};
 use crate::memory::MemoryProbe;
 
@@ -51,7 +51,7 @@ pub enum Checkpointing {
     Balanced,
 }
 
-/// Work written once, generic over the backend, run by [`Selection::run`].
+/// Work written once, generic over the backend, run by [`DeviceChoice::run`].
 ///
 /// Rust closures cannot be generic over a type, hence a trait with one generic method.
 pub trait BackendJob {
@@ -60,7 +60,7 @@ pub trait BackendJob {
     fn run<B: TrainBackend>(self, device: B::Device) -> Self::Output;
 }
 
-impl Selection {
+impl DeviceChoice {
     /// Runs `job` on the chosen device, on Burn's default stack there: `Autodiff<Cuda>`,
     /// `Autodiff<Wgpu>` or `Autodiff<Flex>`.
     pub fn run<J: BackendJob>(&self, job: J) -> J::Output {
@@ -112,7 +112,7 @@ impl Selection {
 }
 
 /// Work written once, generic over the backend, run on several devices of it (one
-/// data-parallel replica each) by [`Selection::run_replicated`].
+/// data-parallel replica each) by [`DeviceChoice::run_replicated`].
 pub trait ReplicatedJob {
     type Output;
 
