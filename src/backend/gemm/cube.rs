@@ -26,9 +26,12 @@ where
 
     fn gemm(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>) -> FloatTensor<Self> {
         #[cfg(feature = "cuda")]
-        let (lhs, rhs) = match super::cublaslt::gemm::<R>(lhs, rhs) {
-            Ok(product) => return product,
-            Err(operands) => *operands,
+        let (lhs, rhs) = match super::cublaslt::serves::<R>() {
+            true => match super::cublaslt::gemm::<R>(lhs, rhs) {
+                Ok(product) => return product,
+                Err(operands) => *operands,
+            },
+            false => (lhs, rhs),
         };
         <Self as FloatTensorOps<Self>>::float_matmul(lhs, rhs)
     }

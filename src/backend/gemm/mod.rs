@@ -159,12 +159,18 @@ pub(crate) fn vendor_gemm_enabled() -> bool {
     flag(&VENDOR, || !std::env::var("LEANBURN_GEMM").is_ok_and(|v| v.eq_ignore_ascii_case("cubecl")))
 }
 
-/// `cell`'s setting, or `default()`'s where nothing set it.
+/// `cell`'s setting, or `default()`'s where nothing set it, kept from then on: the
+/// environment is read once, not on every GEMM.
 fn flag(cell: &AtomicU8, default: impl FnOnce() -> bool) -> bool {
     match cell.load(Ordering::Relaxed) {
         ON => true,
         OFF => false,
-        _ => default(),
+        _ => {
+            let value = default();
+            // A setting made meanwhile wins.
+            let _ = cell.compare_exchange(UNSET, if value { ON } else { OFF }, Ordering::Relaxed, Ordering::Relaxed);
+            cell.load(Ordering::Relaxed) == ON
+        }
     }
 }
 

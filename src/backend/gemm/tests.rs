@@ -329,9 +329,11 @@ fn gemm_without_the_vendor_is_the_backends_matmul() {
 }
 
 #[test]
-fn switches_fall_back_to_the_environment_only_where_unset() {
+fn switches_fall_back_to_the_environment_once_where_unset() {
     let cell = AtomicU8::new(0);
     assert!(flag(&cell, || true));
+    assert!(flag(&cell, || false), "the environment's answer is kept");
+    let cell = AtomicU8::new(0);
     assert!(!flag(&cell, || false));
     cell.store(OFF, Ordering::Relaxed);
     assert!(!flag(&cell, || true));
