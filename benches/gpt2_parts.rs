@@ -18,7 +18,9 @@
 //! - `attention` (once per layer): causal attention's forward and backward on tracked
 //!   `[batch, heads, seq, head_dim]` q, k, v: leanburn's `lean_attention` under autodiff
 //!   (PyTorch: `scaled_dot_product_attention`); `attention.burn`: Burn's `attention` op
-//!   under autodiff (`attention_fallback`), leanburn's side only.
+//!   under autodiff (`attention_fallback`), leanburn's side only. `LEANBURN_ATTENTION=gemm`
+//!   in the environment times `Lean`'s attention in blocks on its GEMMs instead of the fused
+//!   kernels (`AttentionPath`), in `--attention-workspace` MiB of score-sized buffers.
 //! - `step.forward` (the loss, as `HybridTrainer` computes it), `step.backward`,
 //!   `step.optimizer` (AdamW, weight decay 0.1, the gradient norm clipped at 1): one full
 //!   step of the model with the device synced between the three; `step` the same step
@@ -105,6 +107,11 @@ struct Args {
     /// The step's attention: leanburn's (the default) or Burn's op.
     #[arg(long, value_enum, default_value_t = leanburn::model::Gpt2Attention::Lean)]
     attention: leanburn::model::Gpt2Attention,
+    /// MiB of score-sized buffers for leanburn's attention in blocks (`LEANBURN_ATTENTION=gemm`
+    /// in the environment runs it on `Lean`'s GEMMs; shapes the kernels do not take, always).
+    #[arg(long, default_value_t = (leanburn::backend::DEFAULT_ATTENTION_WORKSPACE_BYTES >> 20) as u64,
+          value_parser = clap::value_parser!(u64).range(1..=1 << 20))]
+    attention_workspace: u64,
     #[arg(long, default_value_t = 5)]
     reps: usize,
     #[arg(long, default_value_t = 2)]
@@ -183,6 +190,7 @@ fn run(args: &Args) -> Result<(), String> {
     }
     let backend = select(&args.backend).map_err(|e| e.to_string())?;
     eprintln!("{backend}");
+    leanburn::backend::set_attention_workspace((args.attention_workspace as usize) << 20);
     let name = backend.kind().to_string();
     let cubecl = backend.kind() != BackendKind::Cpu;
     let ours = backend.run_lean(Parts { args: args.clone(), config: config.clone(), seq, cubecl })?;
@@ -498,8 +506,12 @@ fn report(
         args.batch,
         args.precision,
         match args.attention {
-            leanburn::model::Gpt2Attention::Lean => "leanburn's attention",
-            leanburn::model::Gpt2Attention::Burn => "Burn's attention",
+            leanburn::model::Gpt2Attention::Lean => format!(
+                "leanburn's attention ({}; workspace {} MiB)",
+                leanburn::backend::attention_path(),
+                args.attention_workspace
+            ),
+            leanburn::model::Gpt2Attention::Burn => "Burn's attention".into(),
         },
         if args.loss_chunk > 0 { format!("loss chunks of {}", args.loss_chunk) } else { "the full logits".into() },
         if torch.is_some() { format!(", PyTorch {}", args.torch_precision) } else { String::new() },

@@ -78,9 +78,11 @@ mod layer_norm;
 mod lm_head_loss;
 mod ops;
 mod optimizer;
+mod switch;
 
 pub use attention::{
-    attention_workspace, lean_attention, set_attention_workspace, AttentionOps, DEFAULT_ATTENTION_WORKSPACE_BYTES,
+    attention_path, attention_workspace, lean_attention, set_attention_path, set_attention_workspace, AttentionOps,
+    AttentionPath, DEFAULT_ATTENTION_WORKSPACE_BYTES,
 };
 pub use budget::{ConvBudget, InvalidBudget};
 pub use conv::{conv2d_plan, conv_transpose2d_plan, ChunkedConv, ConvPlan};

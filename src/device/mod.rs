@@ -209,7 +209,12 @@ impl fmt::Display for DeviceChoice {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.chosen {
             #[cfg(feature = "cuda")]
-            Chosen::Cuda { ordinal } => write!(f, "backend cuda, device {ordinal}, {}", crate::backend::vendor_gemm())?,
+            Chosen::Cuda { ordinal } => write!(
+                f,
+                "backend cuda, device {ordinal}, {}, {}",
+                crate::backend::vendor_gemm(),
+                crate::backend::attention_path()
+            )?,
             Chosen::Wgpu { adapter, .. } => write!(f, "backend wgpu, adapter {adapter}")?,
             Chosen::Cpu => f.write_str("backend cpu (flex)")?,
         }

@@ -8,9 +8,9 @@
 use std::ops::Range;
 
 use burn::tensor::backend::Backend;
-use burn::tensor::{Bool, Int, Tensor, TensorPrimitive};
+use burn::tensor::{Bool, FloatDType, Int, Tensor, TensorPrimitive};
 use burn_backend::tensor::FloatTensor;
-use burn_backend::TensorMetadata;
+use burn_backend::{DType, TensorMetadata};
 
 use super::attention_workspace;
 
@@ -73,24 +73,49 @@ pub(crate) fn blocks(queries: usize, keys: usize, causal: bool, scores: usize, g
     blocks
 }
 
-/// The scaled (and masked) scores of `block`: `[b, h, rows, block keys]`, from the whole
-/// query and key.
-fn scores<B: Backend>(query: &Tensor<B, 4>, key: &Tensor<B, 4>, block: Block, causal: bool) -> Tensor<B, 4> {
-    let [batch, heads, queries, head_dim] = query.dims();
-    let scale = 1.0 / (head_dim as f64).sqrt();
-    let scores = block_rows(query, block).matmul(seen_keys(key, block).swap_dims(2, 3)).mul_scalar(scale);
+/// The (masked) scores of `block`: `[b, h, rows, block keys]`, from the whole query,
+/// already scaled, and key.
+fn scores<B: Backend>(scaled_query: &Tensor<B, 4>, key: &Tensor<B, 4>, block: Block, causal: bool) -> Tensor<B, 4> {
+    let [batch, heads, queries, _] = scaled_query.dims();
+    let scores = block_rows(scaled_query, block).matmul(seen_keys(key, block).swap_dims(2, 3));
     // Row `start + i` may not see key `j > start + i + offset` (Burn's bottom-right
     // alignment): nothing to mask when the block's first row sees all of its keys.
     let offset = key.dims()[2] - queries;
     if !causal || block.keys <= block.start + offset + 1 {
         return scores;
     }
-    let device = query.device();
+    let device = scaled_query.device();
     let Block { start, rows, keys } = block;
     let row = Tensor::<B, 1, Int>::arange((start + offset) as i64..(start + offset + rows) as i64, &device);
     let col = Tensor::<B, 1, Int>::arange(0..keys as i64, &device);
     let hidden: Tensor<B, 2, Bool> = col.reshape([1, keys]).greater(row.reshape([rows, 1]));
     scores.mask_fill(hidden.reshape([1, 1, rows, keys]).expand([batch, heads, rows, keys]), f32::NEG_INFINITY)
+}
+
+/// The query times 1/√d: the scale on the `[b, h, queries, d]` operand, not on the
+/// score-sized products (exact where d is a power of 4, as GPT-2's 64).
+fn scaled<B: Backend>(query: &Tensor<B, 4>) -> Tensor<B, 4> {
+    query.clone().mul_scalar(scale(query))
+}
+
+fn scale<B: Backend>(query: &Tensor<B, 4>) -> f64 {
+    1.0 / (query.dims()[3] as f64).sqrt()
+}
+
+/// `tensor` in `dtype` (itself where it is).
+fn to_dtype<B: Backend>(tensor: Tensor<B, 4>, dtype: DType) -> Tensor<B, 4> {
+    if tensor.dtype() == dtype {
+        tensor
+    } else {
+        tensor.cast(FloatDType::from(dtype))
+    }
+}
+
+/// `tensor` in f32, in which the softmax, its log-sum-exp and the gradients' sums are
+/// computed whatever the inputs' precision (half-precision inputs' products run in their
+/// own type, on f32 accumulators).
+fn to_f32<B: Backend>(tensor: Tensor<B, 4>) -> Tensor<B, 4> {
+    to_dtype(tensor, DType::F32)
 }
 
 /// The rows `0 .. block keys` of a `[b, h, keys, d]` tensor (itself when the block sees
@@ -120,9 +145,9 @@ fn add_to_first_keys<B: Backend>(sum: Tensor<B, 4>, part: Tensor<B, 4>) -> Tenso
     sum.slice_assign(ranges, head)
 }
 
-/// The attention output `[b, h, queries, head_dim]` and each query row's log-sum-exp of
-/// its scores `[b, h, queries, 1]`, one of `blocks` (covering the queries in order) at a
-/// time.
+/// The attention output `[b, h, queries, head_dim]` (the inputs' type) and each query
+/// row's log-sum-exp of its scores `[b, h, queries, 1]` (f32), one of `blocks` (covering
+/// the queries in order) at a time.
 pub(crate) fn forward<B: Backend>(
     query: Tensor<B, 4>,
     key: Tensor<B, 4>,
@@ -130,13 +155,17 @@ pub(crate) fn forward<B: Backend>(
     causal: bool,
     blocks: &[Block],
 ) -> (Tensor<B, 4>, Tensor<B, 4>) {
+    let dtype = query.dtype();
+    let scaled = scaled(&query);
     let (mut outputs, mut lse) = (Vec::new(), Vec::new());
     for &block in blocks {
-        let scores = scores(&query, &key, block, causal);
+        let scores = to_f32(scores(&scaled, &key, block, causal));
         let max = scores.clone().max_dim(3);
         let weights = (scores - max.clone()).exp();
         let sum = weights.clone().sum_dim(3);
-        outputs.push(weights.matmul(seen_keys(&value, block)).div(sum.clone()));
+        // Normalised after the product: a `[rows, d]` division, not a score-sized one.
+        let output = to_dtype(weights, dtype).matmul(seen_keys(&value, block));
+        outputs.push(to_dtype(to_f32(output).div(sum.clone()), dtype));
         lse.push(max + sum.log());
     }
     (Tensor::cat(outputs, 2), Tensor::cat(lse, 2))
@@ -155,24 +184,29 @@ pub(crate) fn backward<B: Backend>(
     causal: bool,
     blocks: &[Block],
 ) -> (Tensor<B, 4>, Tensor<B, 4>, Tensor<B, 4>) {
-    let scale = 1.0 / (query.dims()[3] as f64).sqrt();
+    let (dtype, scale, scaled) = (query.dtype(), scale(&query), scaled(&query));
+    let grad = to_dtype(grad, dtype);
     // D = rowsum(dO ∘ O): the softmax's backward term, per query row.
-    let delta = (grad.clone() * output).sum_dim(3);
-    let mut grad_key = key.zeros_like();
-    let mut grad_value = value.zeros_like();
+    let delta = (to_f32(grad.clone()) * to_f32(output)).sum_dim(3);
+    // Summed over the blocks in f32.
+    let mut grad_key = to_f32(key.zeros_like());
+    let mut grad_value = to_f32(value.zeros_like());
     let mut grad_query = Vec::new();
     for &block in blocks {
-        let probabilities = (scores(&query, &key, block, causal) - block_rows(&lse, block)).exp();
+        let probabilities = (to_f32(scores(&scaled, &key, block, causal)) - block_rows(&lse, block)).exp();
         let grad_block = block_rows(&grad, block);
-        grad_value = add_to_first_keys(grad_value, probabilities.clone().swap_dims(2, 3).matmul(grad_block.clone()));
-        let grad_probabilities = grad_block.matmul(seen_keys(&value, block).swap_dims(2, 3));
-        let grad_scores = probabilities * (grad_probabilities - block_rows(&delta, block));
-        // s = scale·q·kᵀ: ds/dq = scale·k, ds/dk = scale·q.
-        grad_query.push(grad_scores.clone().matmul(seen_keys(&key, block)).mul_scalar(scale));
-        let grad_key_part = grad_scores.swap_dims(2, 3).matmul(block_rows(&query, block)).mul_scalar(scale);
-        grad_key = add_to_first_keys(grad_key, grad_key_part);
+        let grad_value_part = to_dtype(probabilities.clone(), dtype).swap_dims(2, 3).matmul(grad_block.clone());
+        grad_value = add_to_first_keys(grad_value, to_f32(grad_value_part));
+        let grad_probabilities = to_f32(grad_block.matmul(seen_keys(&value, block).swap_dims(2, 3)));
+        let grad_scores = to_dtype(probabilities * (grad_probabilities - block_rows(&delta, block)), dtype);
+        // s = (scale·q)·kᵀ: ds/dk = scale·q (the scaled query), ds/dq = scale·k (the
+        // scale applied once, to the whole query gradient).
+        grad_query.push(grad_scores.clone().matmul(seen_keys(&key, block)));
+        let grad_key_part = grad_scores.swap_dims(2, 3).matmul(block_rows(&scaled, block));
+        grad_key = add_to_first_keys(grad_key, to_f32(grad_key_part));
     }
-    (Tensor::cat(grad_query, 2), grad_key, grad_value)
+    let grad_query = Tensor::cat(grad_query, 2).mul_scalar(scale);
+    (grad_query, to_dtype(grad_key, dtype), to_dtype(grad_value, dtype))
 }
 
 fn tensor<B: Backend>(primitive: FloatTensor<B>) -> Tensor<B, 4> {
@@ -181,6 +215,11 @@ fn tensor<B: Backend>(primitive: FloatTensor<B>) -> Tensor<B, 4> {
 
 fn primitive<B: Backend>(tensor: Tensor<B, 4>) -> FloatTensor<B> {
     tensor.into_primitive().tensor()
+}
+
+/// Bytes per score of the blocks' buffers: f32 (the softmax's type) or wider inputs'.
+fn score_bytes<B: Backend>(query: &FloatTensor<B>) -> usize {
+    query.dtype().size().max(4)
 }
 
 /// The query blocks of an attention over `dims` queries and `keys` keys in the workspace.
@@ -196,7 +235,8 @@ pub(crate) fn forward_within_workspace<B: Backend>(
     value: FloatTensor<B>,
     causal: bool,
 ) -> (FloatTensor<B>, FloatTensor<B>) {
-    let blocks = workspace_blocks(query.shape().dims::<4>(), key.shape().dims::<4>()[2], causal, query.dtype().size());
+    let blocks =
+        workspace_blocks(query.shape().dims::<4>(), key.shape().dims::<4>()[2], causal, score_bytes::<B>(&query));
     let (output, lse) = forward(tensor::<B>(query), tensor(key), tensor(value), causal, &blocks);
     (primitive(output), primitive(lse))
 }
@@ -211,7 +251,8 @@ pub(crate) fn backward_within_workspace<B: Backend>(
     grad: FloatTensor<B>,
     causal: bool,
 ) -> [FloatTensor<B>; 3] {
-    let blocks = workspace_blocks(query.shape().dims::<4>(), key.shape().dims::<4>()[2], causal, query.dtype().size());
+    let blocks =
+        workspace_blocks(query.shape().dims::<4>(), key.shape().dims::<4>()[2], causal, score_bytes::<B>(&query));
     let (dq, dk, dv) = backward(
         tensor::<B>(query),
         tensor(key),

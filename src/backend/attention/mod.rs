@@ -11,7 +11,9 @@
 //! are leanburn's fused kernels (`leanburn-kernels`' `attention`: one kernel forward, two
 //! backward, for f32, f16 and bf16 and head dimensions that are multiples of 4 up to 256);
 //! elsewhere, and for other shapes, they are composed of Burn tensor ops one block of query
-//! rows at a time, within [`attention_workspace`] ([`blocked`]). On a backend without
+//! rows at a time, within [`attention_workspace`] ([`blocked`]). On `Lean<B>` those blocks
+//! run on `Lean`'s own ops, so their products are its GEMMs (cuBLASLt on CUDA), and
+//! [`AttentionPath::Gemm`] takes them even where `B` has kernels. On a backend without
 //! autodiff `lean_attention` is Burn's own `attention` (flash where the backend has it).
 //!
 //! Use [`lean_attention`] in a model whose backend implements [`AttentionOps`]: every
@@ -21,6 +23,7 @@ mod autodiff;
 pub(crate) mod blocked;
 mod cube;
 mod fused;
+mod path;
 
 #[cfg(test)]
 mod tests;
@@ -31,7 +34,9 @@ use burn::backend::{Flex, NdArray};
 use burn::tensor::ops::AttentionModuleOptions;
 use burn::tensor::{Tensor, TensorPrimitive};
 use burn_backend::tensor::FloatTensor;
-use burn_backend::{Backend, DType};
+use burn_backend::{Backend, DType, TensorMetadata};
+
+pub use path::{attention_path, set_attention_path, AttentionPath};
 
 use super::conv::ChunkedConv;
 use super::Lean;
@@ -122,7 +127,16 @@ impl AttentionOps for Flex {}
 
 impl AttentionOps for NdArray {}
 
-/// `B`'s attention, fused kernels included.
+/// Whether `Lean<B>` hands these inputs to `B`'s fused kernels: on
+/// [`AttentionPath::Kernels`] where `B` has kernels for them; otherwise it runs the blocks
+/// on its own ops, so that their products are [`GemmOps::gemm`](super::GemmOps::gemm)'s.
+fn on_kernels<B: AttentionOps>(query: &FloatTensor<B>, key: &FloatTensor<B>, value: &FloatTensor<B>) -> bool {
+    let dims = |t: &FloatTensor<B>| t.shape().dims::<4>();
+    let fused = attention_path() == AttentionPath::Kernels && B::fused_attention(query.dtype(), dims(query)[3]);
+    kernel_inputs([dims(query), dims(key), dims(value)], [query.dtype(), key.dtype(), value.dtype()], fused)
+}
+
+/// `B`'s fused kernels, or blocks on `Lean`'s GEMMs: see [`AttentionPath`].
 impl<B: ChunkedConv + AttentionOps> AttentionOps for Lean<B> {
     fn lean_attention(
         query: FloatTensor<Self>,
@@ -139,7 +153,10 @@ impl<B: ChunkedConv + AttentionOps> AttentionOps for Lean<B> {
         value: FloatTensor<Self>,
         causal: bool,
     ) -> (FloatTensor<Self>, FloatTensor<Self>) {
-        B::lean_attention_forward(query, key, value, causal)
+        if on_kernels::<B>(&query, &key, &value) {
+            return B::lean_attention_forward(query, key, value, causal);
+        }
+        blocked::forward_within_workspace::<Self>(query, key, value, causal)
     }
 
     fn lean_attention_backward(
@@ -151,11 +168,16 @@ impl<B: ChunkedConv + AttentionOps> AttentionOps for Lean<B> {
         grad: FloatTensor<Self>,
         causal: bool,
     ) -> [FloatTensor<Self>; 3] {
-        B::lean_attention_backward(query, key, value, output, lse, grad, causal)
+        // The kernels' log-sum-exp is `[batch · heads, rows]`, the blocks' 4-D: the
+        // backward follows whichever forward ran.
+        if lse.shape().num_dims() == 2 {
+            return B::lean_attention_backward(query, key, value, output, lse, grad, causal);
+        }
+        blocked::backward_within_workspace::<Self>(query, key, value, output, lse, grad, causal)
     }
 
     fn fused_attention(dtype: DType, head_dim: usize) -> bool {
-        B::fused_attention(dtype, head_dim)
+        attention_path() == AttentionPath::Kernels && B::fused_attention(dtype, head_dim)
     }
 }
 

@@ -238,3 +238,59 @@ fn causal_blocks_compute_about_half_the_scores_in_fewer_blocks() {
     assert!(total(&causal) * 100 <= 60 * 1024 * 1024, "causal blocks computed {} scores", total(&causal));
     assert!(causal.len() * 10 <= full.len() * 6, "{} causal blocks against {} full", causal.len(), full.len());
 }
+
+#[test]
+fn on_lean_the_blocks_run_on_its_gemms_and_match_burns() {
+    // `Lean<Flex>` has no kernels: its blocks run on `Lean`'s own ops, their products on
+    // `GemmOps::gemm` (Flex's matmul here; cuBLASLt on CUDA).
+    assert_matches_burn::<crate::backend::Lean<Flex>>(7, 8);
+}
+
+/// The blocks on half-precision inputs against f32 Burn on the same (rounded) inputs: the
+/// products in the inputs' type, the softmax and its sums in f32. Tolerance per element
+/// `t + t·|Burn's|`, `t` 2e-3 for f16 and 1.5e-2 for bf16 (8 bits of mantissa on the
+/// probabilities and the gradients); the control: the backward with a dropped
+/// log-sum-exp (zeros), which must miss it.
+#[test]
+fn half_precision_blocks_keep_their_statistics_in_f32() {
+    use burn::tensor::{DType, FloatDType};
+
+    let device = Default::default();
+    for (dtype, tolerance) in [(FloatDType::F16, 2e-3f32), (FloatDType::BF16, 1.5e-2)] {
+        for case in cases(8, 6) {
+            let input = inputs::<Flex>(case, &device).map(|t| t.cast(dtype).cast(FloatDType::F32));
+            let reference = run(case, &input, true);
+            let [query, key, value, weight] = input.map(|t| t.cast(dtype));
+            let blocks = blocked::blocks(case.queries, case.keys, case.causal, case.scores, case.granule);
+            let (output, lse) = blocked::forward(query.clone(), key.clone(), value.clone(), case.causal, &blocks);
+            assert_eq!((output.dtype(), lse.dtype()), (DType::from(dtype), DType::F32));
+            let backward = |lse: Tensor<Flex, 4>| {
+                let (q, k, v) = blocked::backward(
+                    query.clone(),
+                    key.clone(),
+                    value.clone(),
+                    output.clone(),
+                    lse,
+                    weight.clone(),
+                    case.causal,
+                    &blocks,
+                );
+                [output.clone(), q, k, v].map(|t| t.cast(FloatDType::F32))
+            };
+            let worst = |ours: &[Tensor<Flex, 4>; 4], name: usize| {
+                let (a, b) =
+                    (ours[name].to_data().to_vec::<f32>().unwrap(), reference[name].to_data().to_vec::<f32>().unwrap());
+                a.iter().zip(&b).map(|(x, y)| (x - y).abs() - tolerance * (1.0 + y.abs())).fold(f32::MIN, f32::max)
+            };
+            let ours = backward(lse.clone());
+            for (name, label) in NAMES.iter().enumerate() {
+                assert!(worst(&ours, name) <= 0.0, "{dtype:?} {label} of {case:?} off by {}", worst(&ours, name));
+            }
+            let dropped = backward(lse.zeros_like());
+            assert!(
+                worst(&dropped, 1) > 0.0 || worst(&dropped, 3) > 0.0,
+                "{dtype:?} {case:?}: a dropped log-sum-exp went unnoticed"
+            );
+        }
+    }
+}

@@ -25,13 +25,14 @@ pub(crate) mod layout;
 mod tests;
 
 use core::fmt;
-use std::sync::atomic::{AtomicU8, Ordering};
 
 use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
 use burn::backend::{Autodiff, Flex, NdArray};
 use burn::tensor::{Tensor, TensorPrimitive};
 use burn_backend::tensor::FloatTensor;
 use burn_backend::{Backend, Shape, TensorMetadata};
+
+use super::switch::{env_is, Switch};
 
 /// A backend whose float matmul may run on the vendor's GEMM; see the [module docs](self).
 pub trait GemmOps: Backend {
@@ -125,29 +126,24 @@ impl fmt::Display for F32Gemm {
     }
 }
 
-const UNSET: u8 = 0;
-const ON: u8 = 1;
-const OFF: u8 = 2;
-
-static VENDOR: AtomicU8 = AtomicU8::new(UNSET);
-static STRICT: AtomicU8 = AtomicU8::new(UNSET);
+static VENDOR: Switch = Switch::unset();
+static STRICT: Switch = Switch::unset();
 
 /// Turns the vendor's GEMM on or off for the whole process (default on; off when the
 /// environment has `LEANBURN_GEMM=cubecl`). Off, every GEMM is the backend's own matmul.
 pub fn set_vendor_gemm(enabled: bool) {
-    VENDOR.store(if enabled { ON } else { OFF }, Ordering::Relaxed);
+    VENDOR.set(enabled);
 }
 
 /// Sets how f32 GEMMs compute on the vendor's library, process-wide (default TF32;
 /// `LEANBURN_F32_GEMM=strict` in the environment makes it strict).
 pub fn set_f32_gemm(precision: F32Gemm) {
-    STRICT.store(if precision == F32Gemm::Strict { ON } else { OFF }, Ordering::Relaxed);
+    STRICT.set(precision == F32Gemm::Strict);
 }
 
 /// How f32 GEMMs compute on the vendor's library now.
 pub fn f32_gemm() -> F32Gemm {
-    let strict = flag(&STRICT, || std::env::var("LEANBURN_F32_GEMM").is_ok_and(|v| v.eq_ignore_ascii_case("strict")));
-    if strict {
+    if STRICT.get(|| env_is("LEANBURN_F32_GEMM", "strict")) {
         F32Gemm::Strict
     } else {
         F32Gemm::Tf32
@@ -156,22 +152,7 @@ pub fn f32_gemm() -> F32Gemm {
 
 /// Whether the vendor's GEMM is switched on (it may still be unavailable).
 pub(crate) fn vendor_gemm_enabled() -> bool {
-    flag(&VENDOR, || !std::env::var("LEANBURN_GEMM").is_ok_and(|v| v.eq_ignore_ascii_case("cubecl")))
-}
-
-/// `cell`'s setting, or `default()`'s where nothing set it, kept from then on: the
-/// environment is read once, not on every GEMM.
-fn flag(cell: &AtomicU8, default: impl FnOnce() -> bool) -> bool {
-    match cell.load(Ordering::Relaxed) {
-        ON => true,
-        OFF => false,
-        _ => {
-            let value = default();
-            // A setting made meanwhile wins.
-            let _ = cell.compare_exchange(UNSET, if value { ON } else { OFF }, Ordering::Relaxed, Ordering::Relaxed);
-            cell.load(Ordering::Relaxed) == ON
-        }
-    }
+    VENDOR.get(|| !env_is("LEANBURN_GEMM", "cubecl"))
 }
 
 /// Which GEMM leanburn's ops run on CUDA devices, and why.

@@ -9,7 +9,7 @@
 //! comparison to catch it.
 
 use std::cell::Cell;
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::Ordering;
 
 use burn::backend::Flex;
 use burn::tensor::{Distribution, Tensor, TensorPrimitive};
@@ -18,7 +18,7 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
 use super::layout::{gemm_layout, output_shape, GemmLayout, LayoutRefusal, Operand, View};
-use super::{flag, linear, linear_weight_backward, linear_x_backward, GemmOps, OFF, ON};
+use super::{linear, linear_weight_backward, linear_x_backward, GemmOps};
 
 thread_local! {
     /// Set by a test to take the Fusion custom operation on a backend without the vendor's
@@ -326,19 +326,6 @@ fn gemm_without_the_vendor_is_the_backends_matmul() {
     let rhs = random::<B, 2>([6, 4], &device).transpose();
     let expected = lhs.clone().matmul(rhs.clone()).into_data();
     assert_eq!(super::gemm(lhs, rhs).into_data(), expected);
-}
-
-#[test]
-fn switches_fall_back_to_the_environment_once_where_unset() {
-    let cell = AtomicU8::new(0);
-    assert!(flag(&cell, || true));
-    assert!(flag(&cell, || false), "the environment's answer is kept");
-    let cell = AtomicU8::new(0);
-    assert!(!flag(&cell, || false));
-    cell.store(OFF, Ordering::Relaxed);
-    assert!(!flag(&cell, || true));
-    cell.store(ON, Ordering::Relaxed);
-    assert!(flag(&cell, || false));
 }
 
 #[cfg(feature = "cuda")]
