@@ -8,8 +8,8 @@ use cubecl::prelude::*;
 
 use super::forward::cubes;
 use super::{
-    keys_seen, load_tile, read_row, stat_base, tile_rows, write_row, AttentionShape, AttentionShapeLaunch, Quad,
-    ROWS_PER_CUBE, UNROLLED_HEAD_DIM,
+    first_query_row, keys_seen, load_tile, read_row, stat_base, tile_rows, write_row, AttentionShape,
+    AttentionShapeLaunch, Quad, ROWS_PER_CUBE, UNROLLED_HEAD_DIM,
 };
 
 /// One unit per query row: `dq[b, h, i, ..]` (contiguous) and `delta[b · heads + h, i]`.
@@ -31,7 +31,7 @@ pub fn attention_backward_dq_kernel<F: Float>(
 ) {
     let quads = head_dim / 4;
     let bh = CUBE_POS_Y as usize;
-    let first_row = CUBE_POS_X as usize * ROWS_PER_CUBE;
+    let first_row = first_query_row();
     let row = first_row + UNIT_POS_X as usize;
     let active = row < shape.rows;
     let cube_keys = keys_seen(min(first_row + ROWS_PER_CUBE, shape.rows) - 1, shape, causal);

@@ -4,8 +4,8 @@ use cubecl::prelude::*;
 use cubecl::CubeDim;
 
 use super::{
-    keys_seen, load_tile, read_row, stat_base, tile_rows, write_row, AttentionShape, AttentionShapeLaunch, Quad,
-    ROWS_PER_CUBE, UNROLLED_HEAD_DIM,
+    first_query_row, keys_seen, load_tile, read_row, stat_base, tile_rows, write_row, AttentionShape,
+    AttentionShapeLaunch, Quad, ROWS_PER_CUBE, UNROLLED_HEAD_DIM,
 };
 
 /// One unit per query row: an online softmax over tiles of keys and values staged in
@@ -27,7 +27,7 @@ pub fn attention_forward_kernel<F: Float>(
 ) {
     let quads = head_dim / 4;
     let bh = CUBE_POS_Y as usize;
-    let first_row = CUBE_POS_X as usize * ROWS_PER_CUBE;
+    let first_row = first_query_row();
     let row = first_row + UNIT_POS_X as usize;
     let active = row < shape.rows;
 

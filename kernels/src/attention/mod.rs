@@ -8,7 +8,9 @@
 //! each, accumulated in f32 whatever the element type); the cube streams the other side
 //! through shared memory one tile of rows at a time. Causal attention is aligned at the
 //! bottom right, as Burn's: query `i` sees keys `0 ..= i + keys − rows`; a cube stops at
-//! the last tile any of its rows sees.
+//! the last tile any of its rows sees; the query-row kernels start the cubes of the last
+//! rows (which see the most keys) first, and the key-row kernel's first cubes hold the keys
+//! most rows see.
 //!
 //! Inputs are read by their strides (a `[batch, seq, heads, head_dim]` projection viewed
 //! as `[batch, heads, seq, head_dim]` needs no copy); outputs are written contiguous.
@@ -149,6 +151,15 @@ pub(crate) fn load_tile<F: Float>(
         tile[index] = quad;
         index += CUBE_DIM_X as usize;
     }
+}
+
+/// The first query row of this cube's block: the last block first, since under a causal
+/// mask the later rows see the most keys and a GPU starts cubes about in grid order, so
+/// the longest run first and the last wave is short ones.
+#[cube]
+#[allow(arithmetic_overflow)] // the host-side stand-ins of the cube's position are constants
+pub(crate) fn first_query_row() -> usize {
+    (CUBE_COUNT_X as usize - 1 - CUBE_POS_X as usize) * ROWS_PER_CUBE
 }
 
 /// The keys query row `row` sees: all of them, or, causal, those up to `row + offset`.
