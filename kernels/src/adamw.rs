@@ -37,6 +37,33 @@ pub struct AdamWScalars {
     pub correction_2: f32,
 }
 
+/// One vector's update: the parameter and both moments after the step, from the
+/// parameter, the gradient (times `factor`) and both moments before it.
+#[cube]
+fn updated<F: Float, N: Size>(
+    p: Vector<F, N>,
+    g: Vector<F, N>,
+    m: Vector<F, N>,
+    v: Vector<F, N>,
+    factor: f32,
+    s: &AdamWScalars,
+) -> (Vector<F, N>, Vector<F, N>, Vector<F, N>) {
+    let mut p_out = Vector::<F, N>::empty();
+    let mut m_out = Vector::<F, N>::empty();
+    let mut v_out = Vector::<F, N>::empty();
+    #[unroll]
+    for i in 0..p.vector_size() {
+        let g_i = f32::cast_from(g[i]) * factor;
+        let m_i = f32::cast_from(m[i]) * s.beta_1 + g_i * (1.0f32 - s.beta_1);
+        let v_i = f32::cast_from(v[i]) * s.beta_2 + g_i * g_i * (1.0f32 - s.beta_2);
+        let delta = (m_i / s.correction_1) / ((v_i / s.correction_2).sqrt() + s.epsilon);
+        p_out[i] = F::cast_from(f32::cast_from(p[i]) * s.decay - delta * s.lr);
+        m_out[i] = F::cast_from(m_i);
+        v_out[i] = F::cast_from(v_i);
+    }
+    (p_out, m_out, v_out)
+}
+
 /// One unit per vector of `N` elements (the vector width, see [`adamw_vector_size`]):
 /// reads the parameter, its gradient and both moments, writes the updated three.
 #[cube(launch_unchecked)]
@@ -56,25 +83,33 @@ pub fn adamw_kernel<F: Float, N: Size>(
     if ABSOLUTE_POS >= vectors {
         terminate!();
     }
-    let width = param_out.vector_size();
-    let factor = scale[0];
-    let (p, g, m, v) = (param[ABSOLUTE_POS], grad[ABSOLUTE_POS], moment_1[ABSOLUTE_POS], moment_2[ABSOLUTE_POS]);
-    let mut p_out = Vector::<F, N>::empty();
-    let mut m_out = Vector::<F, N>::empty();
-    let mut v_out = Vector::<F, N>::empty();
-    #[unroll]
-    for i in 0..width {
-        let g_i = f32::cast_from(g[i]) * factor;
-        let m_i = f32::cast_from(m[i]) * s.beta_1 + g_i * (1.0f32 - s.beta_1);
-        let v_i = f32::cast_from(v[i]) * s.beta_2 + g_i * g_i * (1.0f32 - s.beta_2);
-        let delta = (m_i / s.correction_1) / ((v_i / s.correction_2).sqrt() + s.epsilon);
-        p_out[i] = F::cast_from(f32::cast_from(p[i]) * s.decay - delta * s.lr);
-        m_out[i] = F::cast_from(m_i);
-        v_out[i] = F::cast_from(v_i);
+    let at = ABSOLUTE_POS;
+    let (p, m, v) = updated(param[at], grad[at], moment_1[at], moment_2[at], scale[0], s);
+    param_out[at] = p;
+    moment_1_out[at] = m;
+    moment_2_out[at] = v;
+}
+
+/// [`adamw_kernel`] writing the parameter and both moments over themselves: each unit
+/// reads its vector of the three before it writes them, and no unit reads another's.
+#[cube(launch_unchecked)]
+pub fn adamw_in_place_kernel<F: Float, N: Size>(
+    param: &mut Tensor<Vector<F, N>>,
+    grad: &Tensor<Vector<F, N>>,
+    moment_1: &mut Tensor<Vector<F, N>>,
+    moment_2: &mut Tensor<Vector<F, N>>,
+    scale: &Tensor<f32>,
+    vectors: usize,
+    s: &AdamWScalars,
+) {
+    if ABSOLUTE_POS >= vectors {
+        terminate!();
     }
-    param_out[ABSOLUTE_POS] = p_out;
-    moment_1_out[ABSOLUTE_POS] = m_out;
-    moment_2_out[ABSOLUTE_POS] = v_out;
+    let at = ABSOLUTE_POS;
+    let (p, m, v) = updated(param[at], grad[at], moment_1[at], moment_2[at], scale[0], s);
+    param[at] = p;
+    moment_1[at] = m;
+    moment_2[at] = v;
 }
 
 /// The vector width [`launch_adamw`] updates with: the widest the runtime prefers for an
@@ -104,7 +139,6 @@ pub unsafe fn launch_adamw<R: Runtime, F: Float + CubeElement>(
     let vectors = len / width;
     let cube_dim = CubeDim::new(client, vectors);
     let cube_count = calculate_cube_count_elemwise(client, vectors, cube_dim);
-    let AdamWScalars { beta_1, beta_2, epsilon, lr, decay, correction_1, correction_2 } = scalars;
     adamw_kernel::launch_unchecked::<F, R>(
         client,
         cube_count,
@@ -119,6 +153,45 @@ pub unsafe fn launch_adamw<R: Runtime, F: Float + CubeElement>(
         moment_1_out,
         moment_2_out,
         vectors,
-        AdamWScalarsLaunch::new(beta_1, beta_2, epsilon, lr, decay, correction_1, correction_2),
+        scalars_launch(scalars),
     );
+}
+
+/// [`launch_adamw`] in place: the parameter and both moments of `len` elements are
+/// overwritten with their updated values (no new buffers, a third less memory traffic
+/// written to fresh pages).
+///
+/// # Safety
+/// As [`launch_adamw`] for the four inputs and the scale; `param`, `moment_1` and
+/// `moment_2` must be three distinct buffers that nothing else reads afterwards as the
+/// values before the step.
+pub unsafe fn launch_adamw_in_place<R: Runtime, F: Float + CubeElement>(
+    client: &ComputeClient<R>,
+    [param, grad, moment_1, moment_2]: [TensorArg<R>; 4],
+    scale: TensorArg<R>,
+    len: usize,
+    scalars: AdamWScalars,
+) {
+    let width = adamw_vector_size(client, size_of::<F>(), len);
+    let vectors = len / width;
+    let cube_dim = CubeDim::new(client, vectors);
+    let cube_count = calculate_cube_count_elemwise(client, vectors, cube_dim);
+    adamw_in_place_kernel::launch_unchecked::<F, R>(
+        client,
+        cube_count,
+        cube_dim,
+        width,
+        param,
+        grad,
+        moment_1,
+        moment_2,
+        scale,
+        vectors,
+        scalars_launch(scalars),
+    );
+}
+
+fn scalars_launch<R: Runtime>(scalars: AdamWScalars) -> AdamWScalarsLaunch<R> {
+    let AdamWScalars { beta_1, beta_2, epsilon, lr, decay, correction_1, correction_2 } = scalars;
+    AdamWScalarsLaunch::new(beta_1, beta_2, epsilon, lr, decay, correction_1, correction_2)
 }

@@ -26,7 +26,10 @@ mod layer_norm;
 mod reduce;
 pub mod reference;
 
-pub use adamw::{adamw_kernel, adamw_vector_size, launch_adamw, AdamWScalars, AdamWScalarsLaunch};
+pub use adamw::{
+    adamw_in_place_kernel, adamw_kernel, adamw_vector_size, launch_adamw, launch_adamw_in_place, AdamWScalars,
+    AdamWScalarsLaunch,
+};
 pub use attention::{
     attention_backward_dkdv_kernel, attention_backward_dq_kernel, attention_forward_kernel, launch_attention_backward,
     launch_attention_forward, supports_head_dim, tile_rows, AttentionShape, AttentionShapeLaunch, ROWS_PER_CUBE,

@@ -4,8 +4,10 @@
 //! AdamW: randomized lengths (multiples of the vector width and not, one past a million
 //! elements), steps from the first to late ones, with and without weight decay, the
 //! gradient scaled by a clipping factor below 1; f32 and f16 (rounded inputs, f32 math).
+//! The in-place kernel (the parameter and moments overwritten) writes the same bits as
+//! the one with separate outputs, on every case and both types.
 //! Controls: the comparison fails for a bias correction one step off and for a scale left
-//! out.
+//! out, in place or not.
 //!
 //! The clipping factor: gradients of random lengths (one element to past a million), f32
 //! and f16 together, norms above and below the clipping norm. Control: a gradient left out
@@ -18,7 +20,9 @@ use cubecl::prelude::*;
 use cubecl::wgpu::{WgpuDevice, WgpuRuntime};
 
 use leanburn_kernels::reference::{self, AdamWSettings};
-use leanburn_kernels::{launch_adamw, launch_clip_factor, launch_squares, squares_partials, AdamWScalars};
+use leanburn_kernels::{
+    launch_adamw, launch_adamw_in_place, launch_clip_factor, launch_squares, squares_partials, AdamWScalars,
+};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
@@ -42,12 +46,14 @@ fn scalars(settings: AdamWSettings) -> AdamWScalars {
     }
 }
 
-/// Runs the kernel on `[param, grad, m, v]` with `scale` as the clipping factor.
+/// Runs the kernel on `[param, grad, m, v]` with `scale` as the clipping factor, writing
+/// new buffers or, `in_place`, over the parameter and moments.
 fn run<E: Element>(
     client: &ComputeClient<WgpuRuntime>,
     inputs: [&[f32]; 4],
     scale: f32,
     scalars: AdamWScalars,
+    in_place: bool,
 ) -> [Vec<f32>; 3] {
     let len = inputs[0].len();
     let upload = |values: &[f32]| client.create_from_slice(E::as_bytes(&E::narrow(values)));
@@ -58,6 +64,19 @@ fn run<E: Element>(
     let arg = |handle: &cubecl::server::Handle, len: usize| unsafe {
         TensorArg::from_raw_parts(handle.clone(), vec![1].into(), vec![len].into())
     };
+    let read = |handle: &cubecl::server::Handle| E::widen(E::from_bytes(&client.read_one(handle.clone()).unwrap()));
+    if in_place {
+        unsafe {
+            launch_adamw_in_place::<WgpuRuntime, E>(
+                client,
+                [0, 1, 2, 3].map(|i| arg(&handles[i], len)),
+                arg(&scale, 1),
+                len,
+                scalars,
+            );
+        }
+        return [0, 2, 3].map(|i| read(&handles[i]));
+    }
     unsafe {
         launch_adamw::<WgpuRuntime, E>(
             client,
@@ -68,7 +87,7 @@ fn run<E: Element>(
             scalars,
         );
     }
-    outputs.map(|handle| E::widen(E::from_bytes(&client.read_one(handle).unwrap())))
+    outputs.each_ref().map(read)
 }
 
 /// The largest |got − want| / (1 + |want|) over the three outputs.
@@ -117,7 +136,7 @@ fn check<E: Element>(tolerance: f32) {
         let round = |x: &Vec<f32>| E::widen(&E::narrow(x));
         let [param, grad, m, v] = inputs(&mut rng, len, time).map(|x| round(&x));
         let settings = settings(time, weight_decay, scale);
-        let got = run::<E>(&client, [&param, &grad, &m, &v], scale as f32, scalars(settings));
+        let got = run::<E>(&client, [&param, &grad, &m, &v], scale as f32, scalars(settings), false);
         let want = reference::adamw(settings, &param, &grad, &m, &v);
         let err = error(&got, &want);
         assert!(
@@ -125,6 +144,10 @@ fn check<E: Element>(tolerance: f32) {
             "case {index} (len {len}, step {time}, decay {weight_decay}, scale {scale:.3}): off by {err:.2e} \
              (tolerance {tolerance:.0e})"
         );
+        let in_place = run::<E>(&client, [&param, &grad, &m, &v], scale as f32, scalars(settings), true);
+        let bits =
+            |outputs: &[Vec<f32>; 3]| outputs.each_ref().map(|x| x.iter().map(|v| v.to_bits()).collect::<Vec<_>>());
+        assert!(bits(&in_place) == bits(&got), "case {index} (len {len}): the in-place update wrote other bits");
     }
 }
 
@@ -147,12 +170,15 @@ fn a_wrong_step_or_a_dropped_scale_is_caught() {
     let [param, grad, m, v] = inputs(&mut rng, 4096, 3);
     let settings = settings(3, 0.1, 0.25);
     let want = reference::adamw(settings, &param, &grad, &m, &v);
-    let late = run::<f32>(&client, [&param, &grad, &m, &v], 0.25, scalars(AdamWSettings { time: 4, ..settings }));
-    assert!(error(&late, &want) > 100.0 * F32_TOLERANCE, "a late bias correction went unnoticed");
-    let unscaled = run::<f32>(&client, [&param, &grad, &m, &v], 1.0, scalars(settings));
-    assert!(error(&unscaled, &want) > 100.0 * F32_TOLERANCE, "a dropped clipping factor went unnoticed");
-    let right = run::<f32>(&client, [&param, &grad, &m, &v], 0.25, scalars(settings));
-    assert!(error(&right, &want) <= F32_TOLERANCE, "the same inputs, rightly scaled, must match");
+    for in_place in [false, true] {
+        let late = AdamWSettings { time: 4, ..settings };
+        let late = run::<f32>(&client, [&param, &grad, &m, &v], 0.25, scalars(late), in_place);
+        assert!(error(&late, &want) > 100.0 * F32_TOLERANCE, "a late bias correction went unnoticed ({in_place})");
+        let unscaled = run::<f32>(&client, [&param, &grad, &m, &v], 1.0, scalars(settings), in_place);
+        assert!(error(&unscaled, &want) > 100.0 * F32_TOLERANCE, "a dropped clipping factor went unnoticed");
+        let right = run::<f32>(&client, [&param, &grad, &m, &v], 0.25, scalars(settings), in_place);
+        assert!(error(&right, &want) <= F32_TOLERANCE, "the same inputs, rightly scaled, must match");
+    }
 }
 
 /// The clipping factor over `grads` (the odd ones uploaded as f16) from the kernels; the
