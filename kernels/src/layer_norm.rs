@@ -20,7 +20,7 @@
 use cubecl::prelude::*;
 use cubecl::CubeDim;
 
-use crate::reduce::cube_sum;
+use crate::reduce::{cube_row, cube_sum, row_cubes};
 
 /// Units per cube of the row kernels (a power of two).
 pub const ROW_UNITS: usize = 128;
@@ -33,16 +33,6 @@ const COLUMN_UNITS: usize = 128;
 /// and the finishing kernel adds 128 partials per column. Chosen by that count; the step's
 /// time on a GPU is not yet measured with it.
 pub const ROWS_PER_PARTIAL: usize = 64;
-
-/// Most cubes along one axis of a launch.
-const MAX_CUBES_PER_AXIS: usize = 65_535;
-
-/// The row this cube works on (the grid may be two-dimensional), and whether it is one.
-#[cube]
-fn cube_row(rows: usize) -> (usize, bool) {
-    let row = CUBE_POS_Y as usize * CUBE_COUNT_X as usize + CUBE_POS_X as usize;
-    (row, row < rows)
-}
 
 /// Writes `y`, and each row's `mean` and `rstd` (f32), from `x`, `gamma` and, when
 /// `has_beta`, `beta` (else `beta` is not read).
@@ -193,12 +183,6 @@ pub fn layer_norm_param_grads_finish_kernel<F: Float>(
     }
     dgamma[column] = F::cast_from(sum_gamma);
     dbeta[column] = F::cast_from(sum_beta);
-}
-
-/// One cube per row, in a grid of at most 65,535 cubes a side.
-fn row_cubes(rows: usize) -> CubeCount {
-    let x = rows.clamp(1, MAX_CUBES_PER_AXIS);
-    CubeCount::Static(x as u32, rows.div_ceil(x).max(1) as u32, 1)
 }
 
 /// The blocks of [`ROWS_PER_PARTIAL`] rows the parameters' gradients are summed in.

@@ -23,6 +23,7 @@ mod geometry;
 mod global_norm;
 mod im2col;
 mod layer_norm;
+mod lm_head_loss;
 mod reduce;
 pub mod reference;
 
@@ -45,3 +46,4 @@ pub use layer_norm::{
     launch_layer_norm_param_grads_finish, layer_norm_backward_kernel, layer_norm_blocks, layer_norm_forward_kernel,
     layer_norm_param_grads_finish_kernel, layer_norm_param_grads_kernel, ROWS_PER_PARTIAL, ROW_UNITS,
 };
+pub use lm_head_loss::{launch_lm_head_loss_rows, lm_head_loss_rows_kernel, LOSS_ROW_UNITS};

@@ -1,5 +1,5 @@
-//! A sum over a cube's units in shared memory, for the kernels whose cube works on one
-//! row or one gradient together.
+//! A sum and a maximum over a cube's units in shared memory, for the kernels whose cube
+//! works on one row or one gradient together, and the row such a cube works on.
 
 use cubecl::prelude::*;
 
@@ -23,3 +23,40 @@ pub(crate) fn cube_sum(value: f32, #[comptime] units: usize) -> f32 {
     sync_cube();
     total
 }
+
+/// The largest `value` over the cube's units (`units` of them, a power of two, the cube's
+/// size); every unit gets it. Safe to call more than once per kernel.
+#[cube]
+pub(crate) fn cube_max(value: f32, #[comptime] units: usize) -> f32 {
+    let mut shared = SharedMemory::<f32>::new(units);
+    let unit = UNIT_POS_X as usize;
+    shared[unit] = value;
+    sync_cube();
+    let mut half = CUBE_DIM_X as usize / 2;
+    while half > 0 {
+        if unit < half {
+            shared[unit] = max(shared[unit], shared[unit + half]);
+        }
+        sync_cube();
+        half /= 2;
+    }
+    let largest = shared[0];
+    sync_cube();
+    largest
+}
+
+/// The row this cube works on (the grid may be two-dimensional), and whether it is one.
+#[cube]
+pub(crate) fn cube_row(rows: usize) -> (usize, bool) {
+    let row = CUBE_POS_Y as usize * CUBE_COUNT_X as usize + CUBE_POS_X as usize;
+    (row, row < rows)
+}
+
+/// One cube per row, in a grid of at most 65,535 cubes a side.
+pub(crate) fn row_cubes(rows: usize) -> CubeCount {
+    let x = rows.clamp(1, MAX_CUBES_PER_AXIS);
+    CubeCount::Static(x as u32, rows.div_ceil(x).max(1) as u32, 1)
+}
+
+/// Most cubes along one axis of a launch.
+const MAX_CUBES_PER_AXIS: usize = 65_535;

@@ -8,12 +8,17 @@
 //! most one chunk of logits is alive. `model::fused_lm_head_loss` builds the autodiff loss
 //! from them.
 //!
-//! The default composes Burn tensor ops (about eight passes over each `[chunk, vocab]`
-//! block of logits, each a new tensor). On the CPU backend (`Flex`, `flex.rs`) the logits
+//! Between a chunk's GEMMs, its rows of logits go through
+//! [`LmHeadLossOps::lm_head_loss_rows`]: by default Burn tensor ops (about eight passes over
+//! each `[chunk, vocab]` block of logits, each a new tensor); on the CubeCL backends (fused
+//! or not) one kernel (`leanburn-kernels`' `lm_head_loss`: one read for each row's maximum
+//! and sum, one more for the gradient it writes). On the CPU backend (`Flex`, `flex.rs`) the logits
 //! go into one buffer, their softmax gradient is written over them row by row in one pass,
 //! and the two gradient GEMMs read it there, the weight's accumulating in place.
 
+mod cube;
 mod flex;
+mod fused;
 #[cfg(test)]
 mod tests;
 
@@ -23,8 +28,6 @@ use burn::prelude::*;
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::{DType, FloatDType, IndexingUpdateOp, TensorPrimitive};
 use burn_backend::tensor::{FloatTensor, IntTensor};
-use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElement};
-use burn_fusion::{Fusion, FusionBackend};
 
 use super::conv::ChunkedConv;
 use super::gemm::{gemm, GemmOps};
@@ -64,20 +67,21 @@ pub trait LmHeadLossOps: GemmOps {
     ) -> FloatTensor<Self> {
         composed_token_losses::<Self>(hidden, weight, targets, chunk)
     }
+
+    /// One chunk's rows: each row of `logits` (`[n, vocab]`) against its target (`targets`
+    /// `[n]`): its cross-entropy (`[n]`, f32) and, with `grad_scale`, its softmax gradient
+    /// `(softmax − onehot) · grad_scale` (`[n, vocab]`, the logits' type). What the two ops
+    /// above do between their GEMMs; by default composed of Burn ops (the logits in f32).
+    fn lm_head_loss_rows(
+        logits: FloatTensor<Self>,
+        targets: IntTensor<Self>,
+        grad_scale: Option<f32>,
+    ) -> (FloatTensor<Self>, Option<FloatTensor<Self>>) {
+        composed_rows::<Self>(logits, targets, grad_scale)
+    }
 }
 
 impl LmHeadLossOps for NdArray {}
-
-impl<B: FusionBackend + GemmOps> LmHeadLossOps for Fusion<B> {}
-
-impl<R, F, I, BT> LmHeadLossOps for CubeBackend<R, F, I, BT>
-where
-    R: CubeRuntime,
-    F: FloatElement,
-    I: IntElement,
-    BT: BoolElement,
-{
-}
 
 /// `B`'s op.
 impl<B: ChunkedConv + LmHeadLossOps> LmHeadLossOps for Lean<B> {
@@ -98,6 +102,14 @@ impl<B: ChunkedConv + LmHeadLossOps> LmHeadLossOps for Lean<B> {
     ) -> FloatTensor<Self> {
         B::lm_head_token_losses(hidden, weight, targets, chunk)
     }
+
+    fn lm_head_loss_rows(
+        logits: FloatTensor<Self>,
+        targets: IntTensor<Self>,
+        grad_scale: Option<f32>,
+    ) -> (FloatTensor<Self>, Option<FloatTensor<Self>>) {
+        B::lm_head_loss_rows(logits, targets, grad_scale)
+    }
 }
 
 /// The inner backend's op on the tensors' values; the results are untracked. The token
@@ -114,9 +126,9 @@ impl<B: LmHeadLossOps, C: CheckpointStrategy> LmHeadLossOps for Autodiff<B, C> {
     }
 }
 
-/// [`LmHeadLossOps::lm_head_loss_grads`] composed of `B`'s tensor ops, the logits in f32,
-/// the products on `B`'s GEMM.
-pub(crate) fn composed<B: GemmOps>(
+/// [`LmHeadLossOps::lm_head_loss_grads`] chunk by chunk: the products on `B`'s GEMM, each
+/// chunk's rows through [`LmHeadLossOps::lm_head_loss_rows`].
+pub(crate) fn composed<B: LmHeadLossOps>(
     hidden: FloatTensor<B>,
     weight: FloatTensor<B>,
     targets: IntTensor<B>,
@@ -129,22 +141,16 @@ pub(crate) fn composed<B: GemmOps>(
     let tokens = h.dims()[0];
     let w_t = w.clone().transpose();
     let scale = 1.0 / tokens as f64;
-    let compute = FloatDType::from(h.dtype());
 
     let mut loss = Tensor::<B, 1>::zeros([1], &h.device());
     let mut grad_weight = w.zeros_like();
     let mut grad_hidden = Vec::new();
     for (start, len) in chunks(tokens, chunk) {
         let h_chunk = h.clone().narrow(0, start, len);
-        let t_chunk = targets.clone().narrow(0, start, len).reshape([len, 1]);
-        let logits = in_f32(gemm(h_chunk.clone(), w_t.clone()));
-        let softmax = ChunkSoftmax::new(logits, t_chunk.clone());
-        loss = loss + softmax.nll;
-        // (softmax − onehot) / n, built in place of the chunk's exponentials.
-        let row_scale = softmax.row_sums.recip().mul_scalar(scale);
-        let minus_scale = Tensor::full([len, 1], -scale, &h.device());
-        let grad_logits =
-            (softmax.exp * row_scale).scatter(1, t_chunk, minus_scale, IndexingUpdateOp::Add).cast(compute);
+        let logits = gemm(h_chunk.clone(), w_t.clone());
+        let (row_losses, grad_logits) = loss_rows(logits, targets.clone().narrow(0, start, len), Some(scale as f32));
+        loss = loss + row_losses.sum();
+        let grad_logits = grad_logits.expect("the gradient was asked for");
         grad_hidden.push(gemm(grad_logits.clone(), w.clone()));
         grad_weight = grad_weight + gemm(grad_logits.transpose(), h_chunk);
     }
@@ -154,9 +160,9 @@ pub(crate) fn composed<B: GemmOps>(
     [loss.into_primitive().tensor(), grad_hidden, grad_weight]
 }
 
-/// [`LmHeadLossOps::lm_head_token_losses`] composed of `B`'s tensor ops, the logits in f32,
-/// the products on `B`'s GEMM.
-pub(crate) fn composed_token_losses<B: GemmOps>(
+/// [`LmHeadLossOps::lm_head_token_losses`] chunk by chunk: the products on `B`'s GEMM, each
+/// chunk's rows through [`LmHeadLossOps::lm_head_loss_rows`].
+pub(crate) fn composed_token_losses<B: LmHeadLossOps>(
     hidden: FloatTensor<B>,
     weight: FloatTensor<B>,
     targets: IntTensor<B>,
@@ -170,11 +176,42 @@ pub(crate) fn composed_token_losses<B: GemmOps>(
     let losses = chunks(tokens, chunk)
         .map(|(start, len)| {
             let logits = gemm(hidden.clone().narrow(0, start, len), weight_t.clone());
-            let targets = targets.clone().narrow(0, start, len).reshape([len, 1]);
-            ChunkSoftmax::new(in_f32(logits), targets).row_nll
+            loss_rows(logits, targets.clone().narrow(0, start, len), None).0
         })
         .collect();
-    Tensor::cat(losses, 0).reshape([tokens]).into_primitive().tensor()
+    Tensor::cat(losses, 0).into_primitive().tensor()
+}
+
+/// [`LmHeadLossOps::lm_head_loss_rows`] on `Tensor`s.
+fn loss_rows<B: LmHeadLossOps>(
+    logits: Tensor<B, 2>,
+    targets: Tensor<B, 1, Int>,
+    grad_scale: Option<f32>,
+) -> (Tensor<B, 1>, Option<Tensor<B, 2>>) {
+    let (losses, grad) = B::lm_head_loss_rows(logits.into_primitive().tensor(), targets.into_primitive(), grad_scale);
+    let float = |tensor| TensorPrimitive::Float(tensor);
+    (Tensor::from_primitive(float(losses)), grad.map(|grad| Tensor::from_primitive(float(grad))))
+}
+
+/// [`LmHeadLossOps::lm_head_loss_rows`] composed of Burn ops, the logits in f32.
+pub(crate) fn composed_rows<B: Backend>(
+    logits: FloatTensor<B>,
+    targets: IntTensor<B>,
+    grad_scale: Option<f32>,
+) -> (FloatTensor<B>, Option<FloatTensor<B>>) {
+    let logits = Tensor::<B, 2>::from_primitive(TensorPrimitive::Float(logits));
+    let [rows, _] = logits.dims();
+    let dtype = FloatDType::from(logits.dtype());
+    let targets = Tensor::<B, 1, Int>::from_primitive(targets).reshape([rows, 1]);
+    let softmax = ChunkSoftmax::new(in_f32(logits), targets.clone());
+    let grad = grad_scale.map(|scale| {
+        // (softmax − onehot) · scale, built in place of the chunk's exponentials.
+        let row_scale = softmax.row_sums.recip().mul_scalar(scale);
+        let minus_scale = Tensor::full([rows, 1], -scale, &targets.device());
+        let grad = (softmax.exp * row_scale).scatter(1, targets, minus_scale, IndexingUpdateOp::Add);
+        grad.cast(dtype).into_primitive().tensor()
+    });
+    (softmax.row_nll.reshape([rows]).into_primitive().tensor(), grad)
 }
 
 /// [`LmHeadLossOps::lm_head_loss_grads`] on `Tensor`s: `(loss, grad_hidden, grad_weight)`.
@@ -234,8 +271,6 @@ fn chunks(tokens: usize, chunk: usize) -> impl Iterator<Item = (usize, usize)> {
 struct ChunkSoftmax<B: Backend> {
     /// Each row's negative log-likelihood of its target, `log(row_sum) − (z_t − max)`, `[n, 1]`.
     row_nll: Tensor<B, 2>,
-    /// Their sum, `[1]`.
-    nll: Tensor<B, 1>,
     /// `exp(z − rowmax(z))`, `[n, vocab]`.
     exp: Tensor<B, 2>,
     /// Its row sums, `[n, 1]`.
@@ -250,7 +285,6 @@ impl<B: Backend> ChunkSoftmax<B> {
         let exp = shifted.exp();
         let row_sums = exp.clone().sum_dim(1);
         let row_nll = row_sums.clone().log() - picked;
-        let nll = row_nll.clone().sum();
-        Self { row_nll, nll, exp, row_sums }
+        Self { row_nll, exp, row_sums }
     }
 }

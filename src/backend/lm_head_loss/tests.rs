@@ -194,3 +194,71 @@ fn exp_is_within_a_few_ulp_of_f64s() {
     assert_eq!(exp(-200.0), exp(-87.0));
     assert!(exp(-87.0) > 0.0 && exp(-87.0) < 1e-37);
 }
+
+/// The op on a wgpu backend `W` for `case`'s values (moved to the device), as host vectors:
+/// `[loss, grad_hidden, grad_weight]` and each token's loss.
+fn on_device<W: LmHeadLossOps>(case: &Case, chunk: usize) -> ([Vec<f32>; 3], Vec<f32>) {
+    let device = Default::default();
+    let float = |t: &Tensor<Cpu, 2>| Tensor::<W, 2>::from_data(t.to_data(), &device).into_primitive().tensor();
+    let targets = || Tensor::<W, 1, Int>::from_data(case.targets.to_data(), &device).into_primitive();
+    let host = |t| Tensor::<W, 2>::from_primitive(TensorPrimitive::Float(t)).into_data().to_vec::<f32>().unwrap();
+    let grads = W::lm_head_loss_grads(float(&case.hidden), float(&case.weight), targets(), chunk).map(host);
+    let losses = W::lm_head_token_losses(float(&case.hidden), float(&case.weight), targets(), chunk);
+    let losses = Tensor::<W, 1>::from_primitive(TensorPrimitive::Float(losses)).into_data().to_vec::<f32>().unwrap();
+    (grads, losses)
+}
+
+/// The row kernel (`lm_head_loss_rows` on CubeCL) through the unfused and the fused wgpu
+/// stacks against the composed ops on the CPU, same values: the loss, both gradients and
+/// each token's loss within the tolerances above, over random shapes and chunks (rows of
+/// logits shorter and longer than the kernel's 256 units, logits in the tens).
+#[test]
+fn the_row_kernel_on_wgpu_matches_the_composed_loss_on_the_cpu() {
+    let mut rng = Lcg(41);
+    // Few rounds: each shape compiles and tunes its GEMMs on llvmpipe.
+    for round in 0..3 {
+        let (tokens, d, vocab) = (1 + rng.below(24), 4 + rng.below(20), 2 + rng.below(700));
+        let chunk = 1 + rng.below(tokens + 4);
+        let case = Case::random(tokens, d, vocab, if round % 2 == 0 { 0.5 } else { 8.0 }, &mut rng);
+        let (expected, expected_losses) = (case.run(chunk, false), case.token_losses(chunk, false));
+        for (stack, (got, losses)) in [
+            ("unfused", on_device::<crate::device::CubeWgpu>(&case, chunk)),
+            ("fused", on_device::<burn::backend::Wgpu>(&case, chunk)),
+        ] {
+            let shape = format!("{stack}, round {round}: {tokens} tokens, d {d}, vocab {vocab}, chunk {chunk}");
+            assert!(mismatch(&got, &expected).is_none(), "{shape}: {:?}", mismatch(&got, &expected));
+            let worst = relative_difference(&losses, &expected_losses);
+            assert!(worst <= LOSS_TOLERANCE, "{shape}: token losses off by {worst:.2e}");
+        }
+    }
+}
+
+/// The kernel ran: its rows differ from the composed ones on the same backend in the last
+/// bits (another order of operations) while agreeing within the tolerance; the control is
+/// the composed function itself, bit for bit equal to a second run of it.
+#[test]
+fn wgpu_runs_the_row_kernel_not_the_composed_rows() {
+    use super::composed_rows;
+    type W = crate::device::CubeWgpu;
+    let device = Default::default();
+    W::seed(&device, 8);
+    let logits = Tensor::<W, 2>::random([16, 300], Distribution::Normal(0.0, 4.0), &device);
+    let targets = Tensor::<W, 1, Int>::from_data(TensorData::new((0..16i64).map(|i| i * 17).collect(), [16]), &device);
+    let rows = |kernel: bool| {
+        let (logits, targets) = (logits.clone().into_primitive().tensor(), targets.clone().into_primitive());
+        let (losses, grad) = if kernel {
+            <W as LmHeadLossOps>::lm_head_loss_rows(logits, targets, Some(0.25))
+        } else {
+            composed_rows::<W>(logits, targets, Some(0.25))
+        };
+        let host = |t| Tensor::<W, 2>::from_primitive(TensorPrimitive::Float(t)).into_data().to_vec::<f32>().unwrap();
+        let losses =
+            Tensor::<W, 1>::from_primitive(TensorPrimitive::Float(losses)).into_data().to_vec::<f32>().unwrap();
+        (losses, host(grad.expect("asked for")))
+    };
+    let (kernel, composed, again) = (rows(true), rows(false), rows(false));
+    assert_eq!(composed, again, "control: the composed rows are deterministic");
+    assert_ne!(kernel, composed, "the kernel's rows are bit for bit the composed ones: did it run?");
+    assert!(relative_difference(&kernel.0, &composed.0) <= LOSS_TOLERANCE);
+    assert!(relative_difference(&kernel.1, &composed.1) <= GRAD_TOLERANCE);
+}
