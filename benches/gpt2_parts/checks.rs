@@ -1,4 +1,5 @@
-//! Before the step is timed: leanburn's LayerNorm against Burn's, its clipping factor
+//! Before the step is timed: leanburn's LayerNorm against Burn's, the LM head's loss and
+//! gradients on the device against the same op on the CPU, its clipping factor
 //! against the host's (f64, from the gradients read back: Burn's own `sum` is wrong on wgpu
 //! past a million elements), and one AdamW step against Burn's AdamW, on the backend under
 //! test, once each, so that a kernel that is wrong on a new device shows as a number here,
@@ -8,8 +9,9 @@ use burn::module::{AutodiffModule, Module, ModuleVisitor, Param};
 use burn::nn::LayerNormConfig;
 use burn::optim::{AdamWConfig, GradientsParams, Optimizer};
 use burn::tensor::backend::{AutodiffBackend, Backend};
-use burn::tensor::{Distribution, ElementConversion, Tensor, TensorPrimitive};
-use leanburn::backend::{layer_norm, OptimizerOps};
+use burn::tensor::{Distribution, ElementConversion, Int, Tensor, TensorData, TensorPrimitive};
+use burn_backend::tensor::FloatTensor;
+use leanburn::backend::{layer_norm, LmHeadLossOps, OptimizerOps};
 use leanburn::model::{Gpt2, Gpt2Config};
 use leanburn::optim::{GlobalNormClipping, ADAM_EPSILON};
 use leanburn::trainer::ForwardLoss;
@@ -49,6 +51,7 @@ pub fn against_burn<B: TrainBackend>(args: &Args, config: &Gpt2Config, seq: usiz
         .map(|(name, (a, b))| format!("{name} {:.1e}", relative(a, b)))
         .collect();
     eprintln!("LayerNorm, leanburn's against Burn's (largest difference over largest value): {}", errors.join(", "));
+    lm_head_loss_against_the_cpu::<B::InnerBackend>(config, device);
 
     let (model, mut clipped, host) = super::training::<B>(args, config, seq, device);
     // One set of gradients for both (a second backward pass may round differently, and
@@ -85,6 +88,44 @@ pub fn against_burn<B: TrainBackend>(args: &Args, config: &Gpt2Config, seq: usiz
         "clipped AdamW, one step, leanburn's update against Burn's AdamW at the same clipping factor \
          (worst parameter tensor): {worst:.1e}"
     );
+}
+
+/// The LM head's loss and both gradients (`LmHeadLossOps::lm_head_loss_grads`: on CUDA the
+/// GEMMs on cuBLASLt and the row kernel between them) over 256 tokens and the padded
+/// vocabulary, against the same op on the CPU (Flex: f32 GEMMs, its own row pass) from the
+/// same values read back; printed, as the checks above.
+fn lm_head_loss_against_the_cpu<B: LmHeadLossOps>(config: &Gpt2Config, device: &B::Device) {
+    type Cpu = burn::backend::Flex;
+    let (tokens, d, vocab) = (256, config.d_model, config.padded_vocab());
+    let hidden = Tensor::<B, 2>::random([tokens, d], Distribution::Normal(0.0, 1.0), device);
+    let weight = Tensor::<B, 2>::random([vocab, d], Distribution::Normal(0.0, 0.1), device);
+    let ids: Vec<i64> = (0..tokens as i64).map(|i| (i * 7919) % config.vocab_size as i64).collect();
+    let targets = Tensor::<B, 1, Int>::from_data(TensorData::new(ids.clone(), [tokens]), device);
+    let primitive = |t: &Tensor<B, 2>| t.clone().into_primitive().tensor();
+    let ours = flat::<B>(B::lm_head_loss_grads(primitive(&hidden), primitive(&weight), targets.into_primitive(), 64));
+    let cpu = Default::default();
+    let on_cpu =
+        |t: &Tensor<B, 2>| Tensor::<Cpu, 2>::from_data(t.to_data().convert::<f32>(), &cpu).into_primitive().tensor();
+    let targets = Tensor::<Cpu, 1, Int>::from_data(TensorData::new(ids, [tokens]), &cpu);
+    let theirs = flat::<Cpu>(Cpu::lm_head_loss_grads(on_cpu(&hidden), on_cpu(&weight), targets.into_primitive(), 64));
+    let host = |data: TensorData| Tensor::<Cpu, 1>::from_data(data.convert::<f32>(), &cpu);
+    let errors: Vec<String> = ["loss", "grad hidden", "grad weight"]
+        .iter()
+        .zip(ours.into_iter().zip(theirs))
+        .map(|(name, (a, b))| format!("{name} {:.1e}", relative(host(a), host(b))))
+        .collect();
+    eprintln!(
+        "LM head loss ({tokens} tokens × {vocab}), the device's op against the CPU's (largest difference over largest \
+         value; TF32 GEMMs on CUDA): {}",
+        errors.join(", ")
+    );
+}
+
+/// The loss and both gradients of `lm_head_loss_grads`, each flattened, as host data.
+fn flat<X: Backend>([loss, grad_hidden, grad_weight]: [FloatTensor<X>; 3]) -> Vec<TensorData> {
+    let float = TensorPrimitive::Float;
+    let grads = [grad_hidden, grad_weight].map(|t| Tensor::<X, 2>::from_primitive(float(t)).flatten::<1>(0, 1));
+    [Tensor::<X, 1>::from_primitive(float(loss))].into_iter().chain(grads).map(|t| t.into_data()).collect()
 }
 
 /// A copy of each parameter's gradient in `from`.
