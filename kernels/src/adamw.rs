@@ -135,10 +135,7 @@ pub unsafe fn launch_adamw<R: Runtime, F: Float + CubeElement>(
     len: usize,
     scalars: AdamWScalars,
 ) {
-    let width = adamw_vector_size(client, size_of::<F>(), len);
-    let vectors = len / width;
-    let cube_dim = CubeDim::new(client, vectors);
-    let cube_count = calculate_cube_count_elemwise(client, vectors, cube_dim);
+    let Grid { width, vectors, cube_count, cube_dim } = Grid::new::<R, F>(client, len);
     adamw_kernel::launch_unchecked::<F, R>(
         client,
         cube_count,
@@ -172,10 +169,7 @@ pub unsafe fn launch_adamw_in_place<R: Runtime, F: Float + CubeElement>(
     len: usize,
     scalars: AdamWScalars,
 ) {
-    let width = adamw_vector_size(client, size_of::<F>(), len);
-    let vectors = len / width;
-    let cube_dim = CubeDim::new(client, vectors);
-    let cube_count = calculate_cube_count_elemwise(client, vectors, cube_dim);
+    let Grid { width, vectors, cube_count, cube_dim } = Grid::new::<R, F>(client, len);
     adamw_in_place_kernel::launch_unchecked::<F, R>(
         client,
         cube_count,
@@ -189,6 +183,24 @@ pub unsafe fn launch_adamw_in_place<R: Runtime, F: Float + CubeElement>(
         vectors,
         scalars_launch(scalars),
     );
+}
+
+/// One unit per vector of `width` elements over `len` elements of `F`.
+struct Grid {
+    width: usize,
+    vectors: usize,
+    cube_count: CubeCount,
+    cube_dim: CubeDim,
+}
+
+impl Grid {
+    fn new<R: Runtime, F>(client: &ComputeClient<R>, len: usize) -> Self {
+        let width = adamw_vector_size(client, size_of::<F>(), len);
+        let vectors = len / width;
+        let cube_dim = CubeDim::new(client, vectors);
+        let cube_count = calculate_cube_count_elemwise(client, vectors, cube_dim);
+        Self { width, vectors, cube_count, cube_dim }
+    }
 }
 
 fn scalars_launch<R: Runtime>(scalars: AdamWScalars) -> AdamWScalarsLaunch<R> {

@@ -7,27 +7,19 @@ use cubecl::prelude::*;
 /// in shared memory; every unit gets the total. Safe to call more than once per kernel.
 #[cube]
 pub(crate) fn cube_sum(value: f32, #[comptime] units: usize) -> f32 {
-    let mut shared = SharedMemory::<f32>::new(units);
-    let unit = UNIT_POS_X as usize;
-    shared[unit] = value;
-    sync_cube();
-    let mut half = CUBE_DIM_X as usize / 2;
-    while half > 0 {
-        if unit < half {
-            shared[unit] += shared[unit + half];
-        }
-        sync_cube();
-        half /= 2;
-    }
-    let total = shared[0];
-    sync_cube();
-    total
+    cube_reduce(value, units, false)
 }
 
-/// The largest `value` over the cube's units (`units` of them, a power of two, the cube's
-/// size); every unit gets it. Safe to call more than once per kernel.
+/// The largest `value` over the cube's units (as [`cube_sum`]).
 #[cube]
 pub(crate) fn cube_max(value: f32, #[comptime] units: usize) -> f32 {
+    cube_reduce(value, units, true)
+}
+
+/// `value` summed, or its maximum taken (`largest`), over the cube's units by halving in
+/// shared memory; every unit gets the result.
+#[cube]
+fn cube_reduce(value: f32, #[comptime] units: usize, #[comptime] largest: bool) -> f32 {
     let mut shared = SharedMemory::<f32>::new(units);
     let unit = UNIT_POS_X as usize;
     shared[unit] = value;
@@ -35,14 +27,19 @@ pub(crate) fn cube_max(value: f32, #[comptime] units: usize) -> f32 {
     let mut half = CUBE_DIM_X as usize / 2;
     while half > 0 {
         if unit < half {
-            shared[unit] = max(shared[unit], shared[unit + half]);
+            let other = shared[unit + half];
+            if largest {
+                shared[unit] = max(shared[unit], other);
+            } else {
+                shared[unit] += other;
+            }
         }
         sync_cube();
         half /= 2;
     }
-    let largest = shared[0];
+    let result = shared[0];
     sync_cube();
-    largest
+    result
 }
 
 /// The row this cube works on (the grid may be two-dimensional), and whether it is one.
