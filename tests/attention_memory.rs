@@ -99,11 +99,12 @@ fn lean_attention_never_reserves_the_scores() {
     let burn = step_rise::<B>(&device, kernel, false);
     let kernels = step_rise::<B>(&device, kernel, true);
     let blocks = step_rise::<B>(&device, composed, true);
-    // `Lean`'s blocks on its GEMMs, at the kernels' head dimension.
+    // `Lean`'s blocks on its GEMMs, at the composed path's shape: on wgpu Lean's GEMMs are
+    // the backend's matmul, so the products are those just tuned, and the reading is the
+    // GEMM path's own (the switch is what `the_path_decides_…` checks).
     let on_gemms = {
         let _path = OnGemms::set();
-        step_rise::<OnLean>(&device, [COMPOSED_SEQ, KERNEL_HEAD_DIM], true);
-        step_rise::<OnLean>(&device, [COMPOSED_SEQ, KERNEL_HEAD_DIM], true)
+        step_rise::<OnLean>(&device, composed, true)
     };
     println!(
         "reserve rise over one attention step of {SEQ} tokens: Burn's {} MiB, leanburn's kernels {} MiB (one score \
@@ -216,14 +217,14 @@ fn lean_on_its_gemms_matches_its_kernels_on_the_cubecl_runtime() {
     // Tolerance as in the unit tests; the kernels are checked against Burn's there and in
     // leanburn-kernels. The head dimensions GPT-2 sizes use (32, 64, 128), rows that are and
     // are not multiples of the kernels' tile, causal and not, keys beyond the queries; a
-    // workspace of a few hundred scores per head, so that the blocks stop at the diagonal
-    // and sum their key and value gradients. Few shapes: each compiles and tunes its
-    // products on llvmpipe.
+    // workspace of 1,000 scores per head: two blocks at 40 and 33 rows (the causal one
+    // stops at key 32, then sums its key and value gradients with the next), one at 24.
+    // Few shapes and blocks: each compiles and tunes its products on llvmpipe.
     let _device_lock = common::exclusive_device();
     let device = common::wgpu_device();
-    set_attention_workspace(4 * 4 * 4 * 600);
     for (shape, keys, causal) in [([2, 2, 40, 32], 40, true), ([1, 3, 33, 64], 41, false), ([1, 2, 24, 128], 30, true)]
     {
+        set_attention_workspace(1000 * 4 * 4 * shape[0] * shape[1]);
         let kernels = lean_outputs::<OnLean>(&device, shape, keys, causal);
         let on_gemms = {
             let _path = OnGemms::set();
