@@ -165,17 +165,7 @@ impl Plan {
             let evaluation = evaluate(&model.valid(), self.validation.iter().map(|b| b.to_device(&device)).collect());
             Validation { loss: evaluation.loss, accuracy: Some(evaluation.accuracy) }
         };
-        let outcome = train(
-            &mut trainer,
-            &self.dir,
-            settings,
-            args.execution.sample_pool_ms,
-            "img",
-            header,
-            source,
-            to_device,
-            validate,
-        )?;
+        let outcome = train(&mut trainer, &self.dir, settings, "img", header, source, to_device, validate)?;
         if replica.is_some_and(|replica| !replica.is_leader()) {
             return Ok(None);
         }

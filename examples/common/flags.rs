@@ -61,8 +61,9 @@ pub struct ExecutionArgs {
     #[arg(long, value_enum, default_value_t = Precision::F32)]
     pub precision: Precision,
     /// Read the device pool every this many milliseconds from a second thread while steps
-    /// run, and print the highest in-use and reserve it saw (the in-step peak). A
-    /// measurement: every reading flushes the device's queue.
+    /// run: each step record keeps the highest in-use and reserve it saw (the in-step
+    /// peak), the plot draws it and the summary prints it. A measurement: every reading
+    /// flushes the device's queue.
     #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(1..))]
     pub sample_pool_ms: Option<u64>,
 }
@@ -73,6 +74,7 @@ impl ExecutionArgs {
             .with_accumulation_steps(self.accum as usize)
             .with_loss_every(self.loss_every as usize)
             .with_trim(self.trim)
+            .with_sample_pool_ms(self.sample_pool_ms)
     }
 
     /// The trainer's precision settings.

@@ -25,6 +25,9 @@ struct Curves {
     memory_mib: Vec<(f64, f64)>,
     /// What the device's pool holds, in use or kept for reuse (what the device lends it).
     reserved_mib: Vec<(f64, f64)>,
+    /// The most bytes in use inside the steps (`--sample-pool-ms`), each process's first
+    /// step (autotuning's buffers) left out.
+    in_step_mib: Vec<(f64, f64)>,
     /// The process's resident memory, where it has none (host RAM).
     host_mib: Vec<(f64, f64)>,
 }
@@ -65,6 +68,11 @@ impl Curves {
             rolled_back: records.iter().filter(|r| r.rolled_back).map(at).collect(),
             memory_mib: records.iter().filter_map(|r| r.memory.map(|m| (at(r), mib(m.bytes_in_use)))).collect(),
             reserved_mib: records.iter().filter_map(|r| r.memory.map(|m| (at(r), mib(m.bytes_reserved)))).collect(),
+            in_step_mib: records
+                .iter()
+                .filter(|r| !r.first_in_process)
+                .filter_map(|r| r.in_step_peak.map(|p| (at(r), mib(p.peak_in_use))))
+                .collect(),
             host_mib: records.iter().filter_map(|r| r.host_memory.map(|m| (at(r), mib(m.resident)))).collect(),
         })
         .filter(|c| !c.train.is_empty())
@@ -126,7 +134,8 @@ fn write_plot(runs: &[Curves], path: &Path, model: &str) -> Result<Vec<&'static 
     let has_device = runs.iter().any(|r| !r.memory_mib.is_empty());
     let has_host = runs.iter().any(|r| !r.host_mib.is_empty());
     let memory = |run: &Curves| if has_device { run.memory_mib.clone() } else { run.host_mib.clone() };
-    let drawn = |r: &Curves| memory(r).into_iter().chain(r.reserved_mib.clone());
+    let drawn = |r: &Curves| memory(r).into_iter().chain(r.reserved_mib.clone()).chain(r.in_step_mib.clone());
+    let has_in_step = runs.iter().any(|r| !r.in_step_mib.is_empty());
     let max_mib = runs.iter().flat_map(|r| drawn(r).map(|p| p.1)).fold(1.0, f64::max);
 
     // Whole steps on the step axes; two decimals elsewhere (so no label reads "500.0").
@@ -169,6 +178,9 @@ fn write_plot(runs: &[Curves], path: &Path, model: &str) -> Result<Vec<&'static 
         .y_label_formatter(&loss_label)
         .draw()?;
     let memory_caption = match (has_device, has_host) {
+        (true, _) if has_in_step => {
+            "device memory: in use after each step, its peak inside the step, the pool's reserve (MiB)"
+        }
         (true, _) => "device memory: in use after each step, and the pool's reserve (MiB)",
         (false, true) => "host memory, process resident (MiB); no device pool on this backend",
         (false, false) => "device memory in use: not available on this backend",
@@ -236,6 +248,15 @@ fn write_plot(runs: &[Curves], path: &Path, model: &str) -> Result<Vec<&'static 
                 .draw_series(LineSeries::new(run.reserved_mib.clone(), dashed))?
                 .label(format!("{} reserved", run.mode))
                 .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], dashed));
+        }
+        if !run.in_step_mib.is_empty() {
+            // What the steps hold at once (read during them): the reserve above it is the
+            // pool's own overhead, below it the pool could not have served the step.
+            let thin = colour.mix(0.7).stroke_width(1);
+            memory_chart
+                .draw_series(LineSeries::new(run.in_step_mib.clone(), thin))?
+                .label(format!("{} in-step peak", run.mode))
+                .legend(move |(x, y)| PathElement::new(vec![(x, y - 3), (x + 20, y - 3)], thin));
         }
     }
     for chart in [&mut loss_chart, &mut time_chart] {

@@ -2,11 +2,10 @@
 //! runner's events, and the summary.
 
 use std::sync::OnceLock;
-use std::time::Duration;
 
 use burn::optim::Optimizer;
 use indicatif::{ProgressBar, ProgressStyle};
-use leanburn::memory::{format_bytes, InStepPeak, InStepReading};
+use leanburn::memory::{format_bytes, InStepReading};
 use leanburn::runner::{BatchSource, StopRequest};
 use leanburn::MemoryProbe;
 use leanburn::{HybridBatch, HybridModel, HybridTrainer};
@@ -22,9 +21,6 @@ pub struct Progress {
     item: &'static str,
     /// Whether the first step's time has been printed.
     timed_first: std::cell::Cell<bool>,
-    /// The pool read during steps (`--sample-pool-ms`), and the highest readings of the
-    /// steps after the first (which also holds autotuning's buffers).
-    in_step: Option<(InStepPeak, std::cell::Cell<Option<InStepReading>>)>,
 }
 
 impl Progress {
@@ -34,30 +30,7 @@ impl Progress {
             ProgressStyle::with_template("{bar:30} {pos}/{len} [{elapsed_precise}<{eta_precise}] {msg}")
                 .expect("a valid template"),
         );
-        Self { bar, item, timed_first: std::cell::Cell::new(false), in_step: None }
-    }
-
-    /// Reads the pool during steps with `sampler`, for [`in_step_summary`](Self::in_step_summary).
-    pub fn with_in_step_peak(mut self, sampler: Option<InStepPeak>) -> Self {
-        self.in_step = sampler.map(|sampler| (sampler, std::cell::Cell::new(None)));
-        self
-    }
-
-    /// The in-step peak over the steps after this process's first, and the reserve
-    /// against it; `None` without a sampler.
-    pub fn in_step_summary(&self) -> Option<String> {
-        let (_, highest) = self.in_step.as_ref()?;
-        Some(match highest.get() {
-            Some(r) => format!(
-                "in-step peak (pool read {} times during the steps after the first): in use {}, reserved {} \
-                 (reserve / in-use peak {:.2})",
-                r.readings,
-                format_bytes(r.peak_in_use as f64),
-                format_bytes(r.peak_reserved as f64),
-                r.peak_reserved as f64 / r.peak_in_use.max(1) as f64
-            ),
-            None => "in-step peak: no reading after the first step".into(),
-        })
+        Self { bar, item, timed_first: std::cell::Cell::new(false) }
     }
 
     /// Draws `event`. `header` is printed when the run starts, with the step it starts after.
@@ -78,13 +51,6 @@ impl Progress {
                 self.bar.set_position(first as u64);
             }
             RunEvent::Step { record, last_loss, items_per_second } => {
-                let first = !self.timed_first.get();
-                if let Some((sampler, highest)) = &self.in_step {
-                    // Taken every step, so that the first step's readings are dropped.
-                    if let (Some(reading), false) = (sampler.take(), first) {
-                        highest.set(Some(highest.get().map_or(reading, |h| h.max(reading))));
-                    }
-                }
                 if !self.timed_first.replace(true) {
                     // Compiling and autotuning kernels is most of a cold start (docs/gpt2.md).
                     let after_start = STARTED.get().map(|t| t.elapsed().as_secs_f64());
@@ -136,8 +102,7 @@ impl Progress {
 
 /// Runs `trainer` in `dir` with `settings`, drawing progress: host batches from
 /// `next_batch`, moved by `to_device`, scored by `validate`; `header` describes the run
-/// once its first step is known. With `sample_pool_ms`, the pool is also read during the
-/// steps and the in-step peak printed at the end. A data-parallel replica other than 0
+/// once its first step is known. A data-parallel replica other than 0
 /// (the trainer's [`replica`](HybridTrainer::replica)) only steps: it draws, validates
 /// and writes nothing.
 #[allow(clippy::too_many_arguments)]
@@ -145,7 +110,6 @@ pub fn train<B, M, O, T, H>(
     trainer: &mut HybridTrainer<B, M, O, T>,
     dir: &RunDir,
     settings: RunSettings,
-    sample_pool_ms: Option<u64>,
     item: &'static str,
     header: impl FnOnce(usize) -> String,
     batches: impl BatchSource<Batch = H, Error = Failure>,
@@ -161,11 +125,11 @@ where
     if trainer.replica().is_some_and(|replica| !replica.is_leader()) {
         return Ok(Runner::follower(settings).run(trainer, WithMessage(batches), to_device, validate, |_| {})?);
     }
-    let sampler = sample_pool_ms.map(|ms| InStepPeak::start::<B>(trainer.device(), Duration::from_millis(ms)));
-    if sampler.as_ref().is_some_and(Option::is_none) {
+    let sampled = trainer.execution().sample_pool_ms.is_some();
+    if sampled && B::memory_sample(trainer.device()).is_none() {
         eprintln!("--sample-pool-ms: no device pool on this backend; nothing is sampled");
     }
-    let progress = Progress::new(item).with_in_step_peak(sampler.flatten());
+    let progress = Progress::new(item);
     let mut header = Some(header);
     let mut runner = Runner::new(settings).in_dir(dir);
     // Ctrl-C or SIGTERM: the step in progress finishes and is checkpointed (a data-parallel
@@ -179,10 +143,11 @@ where
     let outcome =
         runner.run(trainer, WithMessage(batches), to_device, validate, |event| progress.on_event(event, &mut header));
     progress.finish();
-    if let Some(line) = progress.in_step_summary() {
-        eprintln!("{line}");
+    let outcome = outcome?;
+    if sampled && in_step_peak(&outcome).is_none() {
+        eprintln!("in-step peak: no reading after the first step");
     }
-    Ok(outcome?)
+    Ok(outcome)
 }
 
 /// A batch source whose failures carry their message through the runner's error.
@@ -219,6 +184,13 @@ fn pace(outcome: &RunOutcome, item: &str) -> String {
          (compiling and tuning its kernels){done}",
         first.seconds
     )
+}
+
+/// The highest pool readings inside the steps (`--sample-pool-ms`), each process's first
+/// step left out (it also holds autotuning's buffers); `None` without any.
+fn in_step_peak(outcome: &RunOutcome) -> Option<InStepReading> {
+    let steady = outcome.records.iter().filter(|r| !r.first_in_process);
+    steady.filter_map(|r| r.in_step_peak).reduce(InStepReading::max)
 }
 
 /// The summary a finished run prints.
@@ -260,6 +232,16 @@ pub fn summary(title: &str, outcome: &RunOutcome, dir: &RunDir, item: &str) -> S
         );
         let reserve = memory.peak_reserved.map_or("-".into(), |bytes| format_bytes(bytes as f64));
         text += &format!("memory pool: reserve peak {reserve}, {}\n", memory.pool);
+        if let Some(peak) = in_step_peak(outcome) {
+            text += &format!(
+                "in-step peak (pool read {} times during the steps after each process's first): in use {}, \
+                 reserved {} (reserve / in-use peak {:.2})\n",
+                peak.readings,
+                format_bytes(peak.peak_in_use as f64),
+                format_bytes(peak.peak_reserved as f64),
+                peak.peak_reserved as f64 / peak.peak_in_use.max(1) as f64
+            );
+        }
     } else {
         text += "device memory: not available on this backend (no device pool to read)\n";
         if let Some(host) = memory.host {

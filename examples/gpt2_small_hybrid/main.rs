@@ -280,17 +280,7 @@ impl BackendJob for Plan {
         let to_device = |batch: HostBatch| batch.into_device::<B>(&device);
         let validate =
             |model: &Gpt2<B>| Validation { loss: model.valid().evaluate(&self.validation, &device), accuracy: None };
-        let outcome = train(
-            &mut trainer,
-            &self.dir,
-            settings,
-            args.execution.sample_pool_ms,
-            "tok",
-            header,
-            batches,
-            to_device,
-            validate,
-        )?;
+        let outcome = train(&mut trainer, &self.dir, settings, "tok", header, batches, to_device, validate)?;
         let title = format!("{} ({} mode) on {}", self.preset, args.run.mode.name(), B::name(&device));
         Ok((summary(&title, &outcome, &self.dir, "tokens"), outcome))
     }

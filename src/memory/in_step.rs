@@ -32,7 +32,7 @@ impl PoolReader {
 }
 
 /// The highest readings between two calls of [`InStepPeak::take`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct InStepReading {
     /// The most bytes live allocations held at once.
     pub peak_in_use: u64,
@@ -72,7 +72,11 @@ impl InStepPeak {
     /// Starts reading the pool that work issued *from the calling thread* on `device`
     /// allocates from; `None` where `B` has no device pool.
     pub fn start<B: MemoryProbe>(device: &B::Device, period: Duration) -> Option<Self> {
-        let reader = B::pool_reader(device)?;
+        Self::reading(B::pool_reader(device)?, period)
+    }
+
+    /// Starts calling `reader` every `period`; `None` if the thread could not start.
+    pub fn reading(reader: PoolReader, period: Duration) -> Option<Self> {
         let peaks = Arc::new(Peaks::default());
         let shared = Arc::clone(&peaks);
         let thread = std::thread::Builder::new()

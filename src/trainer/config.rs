@@ -226,6 +226,9 @@ pub enum ConfigError {
     /// A trim policy of every 0 steps.
     #[error("a trim every N steps needs N >= 1")]
     TrimEvery,
+    /// A pool read during steps every 0 ms.
+    #[error("sample_pool_ms must be at least 1, got 0")]
+    SamplePool,
     /// A loss-scaling setting is out of range.
     #[error("loss scaling: {field} is out of range, got {value}")]
     LossScale {

@@ -1,5 +1,6 @@
 //! How steps are executed, apart from what they do: micro-batches per optimizer step, how
-//! often the loss is read back to the host, and when the memory pool is trimmed.
+//! often the loss is read back to the host, when the memory pool is trimmed, and whether
+//! it is read during steps.
 //!
 //! These knobs change memory and speed, not the schedule of phases, so they live apart
 //! from [`HybridConfig`](super::config::HybridConfig) and are not stored in checkpoints: a resumed
@@ -51,11 +52,19 @@ pub struct ExecutionConfig {
     pub loss_every: usize,
     /// When to trim the device pool. Default [`TrimPolicy::Never`].
     pub trim: TrimPolicy,
+    /// Read the device pool every this many milliseconds from a second thread while steps
+    /// run ([`InStepPeak`](crate::memory::InStepPeak)); each step that reads its loss then
+    /// records the highest readings since the last such step
+    /// ([`StepReport::in_step_peak`](crate::StepReport::in_step_peak)). A measurement:
+    /// every reading flushes the device's queue, which costs time. Nothing is read on a
+    /// backend without a device pool. At least 1. Default `None` (not read).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sample_pool_ms: Option<u64>,
 }
 
 impl Default for ExecutionConfig {
     fn default() -> Self {
-        Self { accumulation_steps: 1, loss_every: 1, trim: TrimPolicy::Never }
+        Self { accumulation_steps: 1, loss_every: 1, trim: TrimPolicy::Never, sample_pool_ms: None }
     }
 }
 
@@ -70,6 +79,9 @@ impl ExecutionConfig {
         }
         if self.trim == TrimPolicy::EverySteps(0) {
             return Err(ConfigError::TrimEvery);
+        }
+        if self.sample_pool_ms == Some(0) {
+            return Err(ConfigError::SamplePool);
         }
         Ok(())
     }
@@ -89,6 +101,12 @@ impl ExecutionConfig {
     /// Sets [`trim`](Self::trim).
     pub fn with_trim(mut self, value: TrimPolicy) -> Self {
         self.trim = value;
+        self
+    }
+
+    /// Sets [`sample_pool_ms`](Self::sample_pool_ms).
+    pub fn with_sample_pool_ms(mut self, value: Option<u64>) -> Self {
+        self.sample_pool_ms = value;
         self
     }
 
@@ -115,6 +133,8 @@ mod tests {
         assert_eq!(zero_every.validate(), Err(ConfigError::LossEvery(0)));
         let zero_trim = ExecutionConfig::default().with_trim(TrimPolicy::EverySteps(0));
         assert_eq!(zero_trim.validate(), Err(ConfigError::TrimEvery));
+        let zero_period = ExecutionConfig::default().with_sample_pool_ms(Some(0));
+        assert_eq!(zero_period.validate(), Err(ConfigError::SamplePool));
         assert_eq!(ExecutionConfig::default().validate(), Ok(()));
     }
 

@@ -133,3 +133,56 @@ fn a_non_finite_loss_is_caught_at_the_next_reading() {
     // The reading step's own update is not applied.
     assert_eq!(weights(trainer.model()), before);
 }
+
+/// The pool read during steps (`sample_pool_ms`), on llvmpipe: each reading step records
+/// the peak inside its steps, which holds the step's batch (4 MiB of rows) and
+/// activations; the reading after the step, with all of them gone, is the control. A step
+/// that leaves its loss on the device records nothing and its readings go to the next
+/// reading step; without the setting, or on a backend without a pool, nothing is read.
+#[test]
+fn the_pool_read_during_steps_holds_what_the_step_freed() {
+    use burn::backend::wgpu::WgpuDevice;
+    use burn::backend::{Autodiff, Wgpu};
+    type Gpu = Autodiff<Wgpu>;
+    const ROWS: usize = 1 << 18;
+    let device = WgpuDevice::DefaultDevice;
+    let rows = |step: usize| -> (Tensor<Gpu, 2>, Tensor<Gpu, 2>) {
+        let inputs: Vec<f32> = (0..ROWS * 4).map(|i| ((i * 37 + step * 53) % 101) as f32 / 50.0 - 1.0).collect();
+        let targets: Vec<f32> = inputs.chunks(4).map(|x| x[0] - 0.5 * x[3]).collect();
+        (
+            Tensor::from_data(TensorData::new(inputs, [ROWS, 4]), &device),
+            Tensor::from_data(TensorData::new(targets, [ROWS, 1]), &device),
+        )
+    };
+    let trainer = |execution: ExecutionConfig| {
+        let sgd = burn::optim::SgdConfig::new().init();
+        let schedule = LrSchedule::Constant { lr: 0.05 };
+        HybridTrainer::new(Regressor::<Gpu>::new(&device), sgd, HybridConfig::all_full(), schedule, device.clone())
+            .expect("valid configuration")
+            .with_execution(execution)
+            .expect("valid execution")
+    };
+    let batch_bytes = (ROWS * 4 * 4) as u64;
+
+    let sampled = ExecutionConfig::default().with_sample_pool_ms(Some(1)).with_loss_every(2);
+    let mut sampling = trainer(sampled);
+    for step in 0..4 {
+        let record = sampling.step(rows(step)).expect("step");
+        match (record.loss, record.in_step_peak, record.memory) {
+            (None, peak, _) => assert_eq!(peak, None, "step {step} read no loss, so it records no peak"),
+            (Some(_), Some(peak), Some(after)) => {
+                assert!(peak.peak_in_use >= batch_bytes, "step {step}: the peak {peak:?} misses the batch");
+                assert!(peak.peak_reserved >= peak.peak_in_use);
+                assert!(after.bytes_in_use < batch_bytes, "the control: after step {step} {after:?} holds the batch");
+            }
+            other => panic!("step {step}: a reading step with a pool records both readings, got {other:?}"),
+        }
+    }
+
+    let mut plain = trainer(ExecutionConfig::default());
+    assert_eq!(plain.step(rows(0)).expect("step").in_step_peak, None, "no readings unless asked for");
+    let mut cpu = sgd_trainer(HybridConfig::all_full())
+        .with_execution(ExecutionConfig::default().with_sample_pool_ms(Some(1)))
+        .expect("valid");
+    assert_eq!(cpu.step(batch(0)).expect("step").in_step_peak, None, "Flex has no pool to read");
+}

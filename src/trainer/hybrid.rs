@@ -29,6 +29,7 @@ use super::selection::feedback::{weighed_step, ExampleFeedback, Feedback};
 use super::selection::pick::{select_examples, Selector};
 use super::selection::{ExampleLosses, SelectableBatch, SelectionConfig};
 use super::step::{ForwardLoss, HybridBatch, HybridModel};
+use super::steps::InStepSampling;
 use crate::memory::MemoryProbe;
 
 /// Alternates full training steps with predicted ones; see the [module docs](super).
@@ -72,6 +73,8 @@ where
     pub(super) feedback: Option<Feedback<B, M, T>>,
     /// The weight average's tensors (`with_weight_average`; its books are in `state`).
     pub(crate) average: WeightAverage<B::InnerBackend, T>,
+    /// The pool read during steps, with `sample_pool_ms` set (started by the first step).
+    pub(super) in_step: Option<InStepSampling>,
     /// Whether this process has taken a step (its first one's record says so).
     pub(super) stepped: bool,
     pub(super) batch: PhantomData<fn(T)>,
@@ -192,6 +195,7 @@ where
             selection: None,
             feedback: None,
             average: WeightAverage::new(),
+            in_step: None,
             stepped: false,
             batch: PhantomData,
         }

@@ -152,6 +152,7 @@ mod tests {
             items_per_second: 4.0 / seconds,
             memory: Some(MemorySample { bytes_in_use: in_use, bytes_reserved: in_use, allocations: 1 }),
             host_memory: None,
+            in_step_peak: None,
             predicted: phase == Phase::Predict,
             rolled_back,
             scale: 1.0,

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::memory::{HostMemory, MemorySample};
+use crate::memory::{HostMemory, InStepReading, MemorySample};
 use crate::trainer::error::TrainerError;
 use crate::trainer::predict::phase::Phase;
 
@@ -45,6 +45,14 @@ pub struct StepReport {
     /// to read (the CPU backends): host RAM, never mixed with `memory`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host_memory: Option<HostMemory>,
+    /// The highest pool readings taken while the step ran, with
+    /// [`sample_pool_ms`](crate::trainer::ExecutionConfig::sample_pool_ms) set and a device
+    /// pool to read: the peak of live allocations inside the step, which `memory` (read
+    /// after the step, its activations gone) never sees. A step that left its loss on the
+    /// device has none; the next step that reads its loss holds the highest readings of
+    /// them all.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub in_step_peak: Option<InStepReading>,
     /// Whether the weights were moved by the predictor rather than the optimizer.
     pub predicted: bool,
     /// Whether the block's jump was rejected and its starting weights restored.
@@ -176,6 +184,8 @@ mod tests {
             items_per_second: 16.0,
             memory: Some(MemorySample { bytes_in_use: 1, bytes_reserved: 2, allocations: 3 }),
             host_memory: None,
+            // Odd steps read the pool during the step (written and read back), even ones not.
+            in_step_peak: (step % 2 == 1).then_some(InStepReading { peak_in_use: 5, peak_reserved: 8, readings: 13 }),
             predicted: true,
             rolled_back: !loss.is_finite(),
             scale: 1.0,

@@ -4,7 +4,10 @@
 
 mod average;
 mod full;
+mod in_step;
 mod predict;
+
+pub(super) use in_step::InStepSampling;
 
 use std::time::Instant;
 
@@ -106,6 +109,7 @@ where
         );
         let _entered = span.enter();
 
+        self.begin_in_step_sampling();
         let mut items = 0;
         let micro_batches = micro_batches.inspect(|batch| items += batch.items());
         let started = Instant::now();
@@ -185,18 +189,34 @@ where
         }
         let memory = if synced { B::memory_sample(&self.device) } else { None };
         let host_memory = if synced && memory.is_none() { crate::memory::process_memory() } else { None };
+        let in_step_peak = self.in_step.as_mut().and_then(|sampling| sampling.end_step(synced));
         let record = StepReport {
             seconds,
             items,
             items_per_second: if seconds > 0.0 { items as f64 / seconds } else { 0.0 },
             memory,
             host_memory,
+            in_step_peak,
             ..self.record_of(phase, &outcome)
         };
         self.state.step += 1;
         self.stepped = true;
         self.state.statistics.observe(&record);
         record
+    }
+
+    /// Starts, restarts (a new period) or stops reading the pool during steps, as the
+    /// execution settings say, and starts this step's readings. Started here, not when the
+    /// settings are given, so that the reader follows the thread the steps run on.
+    fn begin_in_step_sampling(&mut self) {
+        match (self.execution.sample_pool_ms, &self.in_step) {
+            (Some(ms), Some(sampling)) if sampling.period_ms() == ms => {}
+            (Some(ms), _) => self.in_step = Some(InStepSampling::start::<B>(&self.device, ms)),
+            (None, _) => self.in_step = None,
+        }
+        if let Some(sampling) = self.in_step.as_mut() {
+            sampling.begin_step();
+        }
     }
 
     /// Moves the phase schedule on after a step that was not rolled back. No block while
@@ -224,6 +244,7 @@ where
             items_per_second: 0.0,
             memory: None,
             host_memory: None,
+            in_step_peak: None,
             predicted: phase == Phase::Predict,
             rolled_back: outcome.rolled_back,
             scale: self.state.scale,
