@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Writes the reference state `tests/gpt2_parity.rs` checks leanburn's GPT-2 against, the way
+"""Writes the reference state `tests/gpt2_parity/` checks leanburn's GPT-2 against, the way
 llm.c's `test_gpt2` checks its model: a small GPT-2 computed by an independent
 implementation, Hugging Face transformers' `GPT2LMHeadModel` (exact-erf GELU, eager
 attention, float32, no dropout), and PyTorch's own AdamW and `clip_grad_norm_`.
@@ -8,6 +8,11 @@ Run by hand, not in CI (CI has no PyTorch); commit what it writes:
 
     python3 -m venv /tmp/ref && /tmp/ref/bin/pip install torch transformers safetensors
     /tmp/ref/bin/python scripts/gpt2_reference.py          # -> tests/data/gpt2_reference.safetensors
+    /tmp/ref/bin/python scripts/gpt2_reference.py --precision bf16   # -> ..._bf16.safetensors
+
+With `--precision bf16` every forward pass (and so its backward) runs under
+`torch.autocast("cpu", dtype=torch.bfloat16)`: the mixed precision PyTorch users train in,
+with the weights, their gradients and AdamW in f32. Same seed, same weights and batch.
 
 The file (safetensors, float32 unless said) holds, under leanburn's parameter paths
 (`blocks.0.attention.qkv.weight`, ...; linear weights as `[d_in, d_out]`, as both Burn and
@@ -74,7 +79,17 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", default=os.path.join(HERE, "..", "tests", "data", "gpt2_reference.safetensors"))
     p.add_argument("--seed", type=int, default=20261126)
+    p.add_argument(
+        "--precision",
+        default="f32",
+        choices=["f32", "bf16"],
+        help="bf16: every forward pass under torch.autocast(bfloat16) (f32 master weights, "
+        "optimizer and gradients), written to gpt2_reference_bf16.safetensors by default",
+    )
     args = p.parse_args()
+    if args.precision == "bf16" and args.out == p.get_default("out"):
+        args.out = args.out.replace(".safetensors", "_bf16.safetensors")
+    autocast = lambda: torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.precision == "bf16")
 
     torch.manual_seed(args.seed)
     torch.backends.cuda.matmul.allow_tf32 = False
@@ -122,10 +137,11 @@ def main():
     for ours, hf in pairs:
         out[f"param.{ours}"] = names[hf].detach().clone()
 
-    logits = model(inputs).logits
-    loss = loss_of(logits)
+    with autocast():
+        logits = model(inputs).logits
+        loss = loss_of(logits)
     loss.backward()
-    out["logits"] = logits.detach().clone()
+    out["logits"] = logits.detach().float().clone()
     out["loss"] = loss.detach().reshape(1).clone()
     for ours, hf in pairs:
         out[f"grad.{ours}"] = names[hf].grad.detach().clone()
@@ -141,7 +157,8 @@ def main():
     losses, norms = [], []
     for _ in range(OPTIMIZER["steps"]):
         optimizer.zero_grad(set_to_none=True)
-        loss = loss_of(model(inputs).logits)
+        with autocast():
+            loss = loss_of(model(inputs).logits)
         loss.backward()
         norms.append(float(torch.nn.utils.clip_grad_norm_(model.parameters(), OPTIMIZER["clip_norm"])))
         optimizer.step()
@@ -154,6 +171,7 @@ def main():
         "model": json.dumps(MODEL),
         "batch": json.dumps(BATCH),
         "optimizer": json.dumps(OPTIMIZER),
+        "precision": args.precision,
         "written_by": f"scripts/gpt2_reference.py, torch {torch.__version__}, seed {args.seed}",
     }
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)

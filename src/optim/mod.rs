@@ -1,7 +1,7 @@
 //! Optimizers as GPT-2 is trained elsewhere: AdamW behind gradient clipping by the global
 //! norm (PyTorch's `clip_grad_norm_`), where Burn's own clipping works per tensor; the
 //! AdamW update one kernel per parameter on the CubeCL backends ([`FusedAdamW`]).
-//! `tests/gpt2_parity.rs` checks ten steps of it against PyTorch's.
+//! `tests/gpt2_parity/` checks ten steps of it against PyTorch's.
 
 mod adamw;
 mod clip;

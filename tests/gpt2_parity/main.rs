@@ -20,26 +20,26 @@
 //! scaled by two (on ndarray and through wgpu's kernel); Burn's per-tensor gradient
 //! clipping in place of the global norm.
 
-#[path = "common/mod.rs"]
+mod bf16;
+#[path = "../common/mod.rs"]
 mod common;
+mod reference;
 
 use std::collections::BTreeMap;
 
 use burn::backend::{Autodiff, Flex, NdArray, Wgpu};
-use burn::module::{AutodiffModule, Module, ModuleMapper, ModuleVisitor, Param};
+use burn::module::{AutodiffModule, Module};
 use burn::optim::grad_clipping::GradientClippingConfig;
-use burn::optim::{AdamWConfig, GradientsParams, Optimizer};
+use burn::optim::{AdamWConfig, Optimizer};
 use burn::prelude::*;
-use burn::tensor::backend::AutodiffBackend;
 use burn::train::TrainStep;
-use leanburn::data::TokenBatch;
-use leanburn::model::{Gpt2, Gpt2Config};
+use leanburn::model::Gpt2;
 use leanburn::optim::{ClippedAdamW, FusedAdamW, GlobalNormClipping};
+use leanburn::trainer::PrecisionConfig;
 use leanburn::MemoryProbe;
 use leanburn::TrainBackend;
 use leanburn::{HybridConfig, HybridTrainer, LrSchedule};
-use safetensors::SafeTensors;
-use serde::Deserialize;
+use reference::{collect, relative_error, LoadWeights, Path, Reference};
 
 /// Largest logit difference over the largest logit magnitude.
 const LOGITS: f64 = 1e-5;
@@ -51,167 +51,6 @@ const GRADIENT: f64 = 1e-4;
 const STEP_LOSS: f64 = 1e-4;
 /// The weights after ten steps: largest difference over the tensor's largest magnitude.
 const FINAL_WEIGHTS: f64 = 1e-3;
-
-#[derive(Deserialize)]
-struct ModelShape {
-    vocab: usize,
-    context: usize,
-    layers: usize,
-    d_model: usize,
-    heads: usize,
-    layer_norm_eps: f64,
-}
-
-#[derive(Deserialize, Clone, Copy)]
-struct OptimizerSettings {
-    lr: f64,
-    beta_1: f32,
-    beta_2: f32,
-    epsilon: f32,
-    weight_decay: f32,
-    clip_norm: f64,
-    steps: usize,
-}
-
-/// The reference state, as f32 (token ids as i64) with shapes.
-struct Reference {
-    model: ModelShape,
-    optimizer: OptimizerSettings,
-    floats: BTreeMap<String, (Vec<usize>, Vec<f32>)>,
-    ids: BTreeMap<String, (Vec<usize>, Vec<i64>)>,
-}
-
-impl Reference {
-    fn load() -> Self {
-        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/gpt2_reference.safetensors");
-        let bytes = std::fs::read(path).expect("tests/data/gpt2_reference.safetensors (scripts/gpt2_reference.py)");
-        let (_, metadata) = SafeTensors::read_metadata(&bytes).expect("a safetensors header");
-        let meta = metadata.metadata().as_ref().expect("the reference's metadata");
-        let model = serde_json::from_str(&meta["model"]).expect("model shape");
-        let optimizer = serde_json::from_str(&meta["optimizer"]).expect("optimizer settings");
-        let tensors = SafeTensors::deserialize(&bytes).expect("safetensors");
-        let (mut floats, mut ids) = (BTreeMap::new(), BTreeMap::new());
-        for (name, view) in tensors.tensors() {
-            let shape = view.shape().to_vec();
-            match view.dtype() {
-                safetensors::Dtype::F32 => {
-                    let values =
-                        view.data().chunks_exact(4).map(|b| f32::from_le_bytes(b.try_into().unwrap())).collect();
-                    floats.insert(name, (shape, values));
-                }
-                safetensors::Dtype::I64 => {
-                    let values =
-                        view.data().chunks_exact(8).map(|b| i64::from_le_bytes(b.try_into().unwrap())).collect();
-                    ids.insert(name, (shape, values));
-                }
-                other => panic!("{name}: unexpected dtype {other:?}"),
-            }
-        }
-        Self { model, optimizer, floats, ids }
-    }
-
-    fn float(&self, name: &str) -> &(Vec<usize>, Vec<f32>) {
-        self.floats.get(name).unwrap_or_else(|| panic!("the reference has no `{name}`"))
-    }
-
-    fn config(&self) -> Gpt2Config {
-        let m = &self.model;
-        Gpt2Config::new(m.vocab, m.context, m.layers, m.d_model, m.heads).with_layer_norm_eps(m.layer_norm_eps)
-    }
-
-    fn batch<B: Backend>(&self, device: &B::Device) -> TokenBatch<B> {
-        let ids = |name: &str| {
-            let (shape, values) = &self.ids[name];
-            Tensor::<B, 2, Int>::from_data(TensorData::new(values.clone(), [shape[0], shape[1]]), device)
-        };
-        TokenBatch { inputs: ids("inputs"), targets: ids("targets") }
-    }
-}
-
-/// The module path of each float parameter as Burn's derive names it
-/// (`blocks.0.attention.qkv.weight`), in visiting order.
-#[derive(Default)]
-struct Path(Vec<String>);
-
-impl Path {
-    fn enter(&mut self, name: &str) {
-        self.0.push(name.to_string());
-    }
-    fn exit(&mut self) {
-        self.0.pop();
-    }
-    fn current(&self) -> String {
-        self.0.join(".")
-    }
-}
-
-/// Replaces every float parameter by the reference's `param.<path>`.
-struct LoadWeights<'a> {
-    reference: &'a Reference,
-    path: Path,
-    loaded: usize,
-}
-
-impl<B: Backend> ModuleMapper<B> for LoadWeights<'_> {
-    fn enter_module(&mut self, name: &str, _: &str) {
-        self.path.enter(name);
-    }
-    fn exit_module(&mut self, _: &str, _: &str) {
-        self.path.exit();
-    }
-    fn map_float<const D: usize>(&mut self, param: Param<Tensor<B, D>>) -> Param<Tensor<B, D>> {
-        let (id, tensor, mapper) = param.consume();
-        let name = format!("param.{}", self.path.current());
-        let (shape, values) = self.reference.float(&name);
-        assert_eq!(shape.as_slice(), tensor.dims().as_slice(), "{name}: shape");
-        let mut loaded = Tensor::<B, D>::from_data(TensorData::new(values.clone(), shape.clone()), &tensor.device());
-        if tensor.is_require_grad() {
-            loaded = loaded.require_grad();
-        }
-        self.loaded += 1;
-        Param::from_mapped_value(id, loaded, mapper)
-    }
-}
-
-/// Each float parameter's values (or its gradient's), keyed by path.
-struct Collect<'a, B: AutodiffBackend> {
-    grads: Option<&'a GradientsParams>,
-    path: Path,
-    values: BTreeMap<String, Vec<f32>>,
-    _backend: std::marker::PhantomData<B>,
-}
-
-impl<B: AutodiffBackend> ModuleVisitor<B> for Collect<'_, B> {
-    fn enter_module(&mut self, name: &str, _: &str) {
-        self.path.enter(name);
-    }
-    fn exit_module(&mut self, _: &str, _: &str) {
-        self.path.exit();
-    }
-    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
-        let data = match self.grads {
-            Some(grads) => {
-                grads.get::<B::InnerBackend, D>(param.id).expect("every parameter has a gradient").into_data()
-            }
-            None => param.val().into_data(),
-        };
-        self.values.insert(self.path.current(), data.convert::<f32>().to_vec::<f32>().unwrap());
-    }
-}
-
-fn collect<B: AutodiffBackend>(model: &Gpt2<B>, grads: Option<&GradientsParams>) -> BTreeMap<String, Vec<f32>> {
-    let mut visitor =
-        Collect::<B> { grads, path: Path::default(), values: BTreeMap::new(), _backend: Default::default() };
-    model.visit(&mut visitor);
-    visitor.values
-}
-
-/// Largest |a − b| over the largest |b|: llm.c's scale-free measure for one tensor.
-fn relative_error(ours: &[f32], theirs: &[f32]) -> f64 {
-    assert_eq!(ours.len(), theirs.len());
-    let scale = theirs.iter().fold(0f64, |m, &b| m.max(f64::from(b).abs())).max(1e-30);
-    ours.iter().zip(theirs).fold(0f64, |m, (&a, &b)| m.max((f64::from(a) - f64::from(b)).abs())) / scale
-}
 
 /// GELU, optimizer and clipping as the reference, or one of them changed (the controls).
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -243,7 +82,7 @@ struct Step0 {
 }
 
 fn step0<B: TrainBackend>(variant: Variant, loss_chunk: Option<usize>, device: &B::Device) -> Step0 {
-    let reference = Reference::load();
+    let reference = Reference::load(reference::F32);
     let model = model::<B>(&reference, variant, device).with_loss_chunk(loss_chunk);
     let batch = reference.batch::<B>(device);
     let logits = model.valid().forward(batch.inputs.clone().inner()).into_data().convert::<f32>().to_vec().unwrap();
@@ -265,7 +104,21 @@ fn step0<B: TrainBackend>(variant: Variant, loss_chunk: Option<usize>, device: &
 /// Ten full steps of `HybridTrainer` on the reference batch: the worst step-loss and
 /// final-weight errors.
 fn training<B: TrainBackend>(variant: Variant, device: &B::Device) -> (f64, f64) {
-    let reference = Reference::load();
+    let reference = Reference::load(reference::F32);
+    training_errors(&train_reference::<B>(&reference, variant, (PrecisionConfig::default(), None), device), &reference)
+}
+
+/// Each step's loss and the final weights.
+type Run = (Vec<f64>, BTreeMap<String, Vec<f32>>);
+
+/// Ten full steps from the reference's weights on its batch, computing in `precision`, the
+/// loss fused in chunks of `loss_chunk` tokens where given.
+fn train_reference<B: TrainBackend>(
+    reference: &Reference,
+    variant: Variant,
+    (precision, loss_chunk): (PrecisionConfig, Option<usize>),
+    device: &B::Device,
+) -> Run {
     let settings = reference.optimizer;
     let weight_decay = match variant {
         Variant::DoubleWeightDecay => 2.0 * settings.weight_decay,
@@ -276,46 +129,65 @@ fn training<B: TrainBackend>(variant: Variant, device: &B::Device) -> (f64, f64)
         .with_beta_2(settings.beta_2)
         .with_epsilon(settings.epsilon)
         .with_weight_decay(weight_decay);
-    let model = model::<B>(&reference, variant, device);
+    let model = model::<B>(reference, variant, device).with_loss_chunk(loss_chunk);
     let lr = LrSchedule::Constant { lr: settings.lr };
-    let losses = match variant {
-        Variant::PerTensorClipping => {
-            let optimizer =
-                adamw.with_grad_clipping(Some(GradientClippingConfig::Norm(settings.clip_norm as f32))).init();
-            train(model, optimizer, lr, &reference, device)
-        }
-        Variant::BurnAdamW => {
-            train(model, GlobalNormClipping::new(adamw.init(), settings.clip_norm), lr, &reference, device)
-        }
+    let steps = Steps { reference, precision, lr, device };
+    match variant {
+        Variant::PerTensorClipping => steps.train(
+            model,
+            adamw.with_grad_clipping(Some(GradientClippingConfig::Norm(settings.clip_norm as f32))).init(),
+        ),
+        Variant::BurnAdamW => steps.train(model, GlobalNormClipping::new(adamw.init(), settings.clip_norm)),
         _ => {
             let fused = FusedAdamW::new(settings.epsilon, weight_decay).with_betas(settings.beta_1, settings.beta_2);
-            train(model, ClippedAdamW::new(fused, settings.clip_norm), lr, &reference, device)
+            steps.train(model, ClippedAdamW::new(fused, settings.clip_norm))
         }
-    };
-    let expected = &reference.float("losses").1;
-    assert_eq!(losses.0.len(), expected.len());
-    let step_loss =
-        losses.0.iter().zip(expected).map(|(&a, &b)| (a - f64::from(b)).abs() / f64::from(b)).fold(0.0, f64::max);
-    let weights = losses
-        .1
-        .iter()
-        .map(|(path, values)| relative_error(values, &reference.float(&format!("final.{path}")).1))
-        .fold(0.0, f64::max);
-    (step_loss, weights)
+    }
 }
 
-fn train<B: TrainBackend + MemoryProbe, O: Optimizer<Gpt2<B>, B>>(
-    model: Gpt2<B>,
-    optimizer: O,
-    lr: LrSchedule,
+/// The worst step-loss error (relative) and final-weight error of `run` against `reference`.
+fn training_errors((losses, weights): &Run, reference: &Reference) -> (f64, f64) {
+    (step_loss_error(losses, reference), weights_error(weights, reference, relative_error))
+}
+
+/// The worst of the step losses' errors, relative.
+fn step_loss_error(losses: &[f64], reference: &Reference) -> f64 {
+    let expected = &reference.float("losses").1;
+    assert_eq!(losses.len(), expected.len());
+    losses.iter().zip(expected).map(|(&a, &b)| (a - f64::from(b)).abs() / f64::from(b)).fold(0.0, f64::max)
+}
+
+/// The worst tensor's `measure` of the final weights against the reference's.
+fn weights_error(
+    weights: &BTreeMap<String, Vec<f32>>,
     reference: &Reference,
-    device: &B::Device,
-) -> (Vec<f64>, BTreeMap<String, Vec<f32>>) {
-    let mut trainer = HybridTrainer::new(model, optimizer, HybridConfig::all_full(), lr, device.clone()).unwrap();
-    let losses = (0..reference.optimizer.steps)
-        .map(|_| trainer.step(reference.batch::<B>(device)).unwrap().loss.expect("the loss is read every step"))
-        .collect();
-    (losses, collect(trainer.model(), None))
+    measure: fn(&[f32], &[f32]) -> f64,
+) -> f64 {
+    let error = |(path, values): (&String, &Vec<f32>)| measure(values, &reference.float(&format!("final.{path}")).1);
+    weights.iter().map(error).fold(0.0, f64::max)
+}
+
+/// What every training run of the reference shares.
+struct Steps<'a, B: TrainBackend> {
+    reference: &'a Reference,
+    precision: PrecisionConfig,
+    lr: LrSchedule,
+    device: &'a B::Device,
+}
+
+impl<B: TrainBackend + MemoryProbe> Steps<'_, B> {
+    fn train<O: Optimizer<Gpt2<B>, B>>(&self, model: Gpt2<B>, optimizer: O) -> Run {
+        let device = self.device;
+        let trainer =
+            HybridTrainer::new(model, optimizer, HybridConfig::all_full(), self.lr.clone(), device.clone()).unwrap();
+        let mut trainer = trainer.with_precision(self.precision).expect("a precision the backend computes in");
+        let losses = (0..self.reference.optimizer.steps)
+            .map(|_| {
+                trainer.step(self.reference.batch::<B>(device)).unwrap().loss.expect("the loss is read every step")
+            })
+            .collect();
+        (losses, collect(trainer.model(), None))
+    }
 }
 
 fn assert_step0(backend: &str, got: &Step0) {
