@@ -11,7 +11,11 @@ decay to a tenth):
 - `eps8`: AdamW's epsilon 1e-8, PyTorch's and nanoGPT's default (leanburn's since);
 - `per-tensor-clip`: each parameter's gradient clipped to norm 1 on its own (Burn 0.21's
   `GradientClippingConfig::Norm`, which leanburn used before `GlobalNormClipping`);
-- `decay-2d`: weight decay on the matrices and embeddings only (nanoGPT's groups).
+- `decay-2d`: weight decay on the matrices and embeddings only (nanoGPT's groups);
+- `eps8-bf16`: `eps8` with every training forward pass under `torch.autocast(bfloat16)`
+  (weights, gradients and AdamW in f32; validation in f32, as leanburn's example validates
+  its f32 master weights): bf16's cost against `eps8`, beside leanburn's `--precision bf16`
+  against its f32 (docs/gpt2.md).
 
     python3 benches/pytorch_gpt2_settings.py --data ../shared/data/tinyshakespeare.txt \\
         --bpe ~/.cargo/registry/src/*/tiktoken-rs-*/assets/r50k_base.tiktoken --threads 2
@@ -30,14 +34,15 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from pytorch_gpt2 import PRESETS, Gpt2, load_tokens  # noqa: E402
 
-SETTINGS = ["baseline", "eps8", "per-tensor-clip", "decay-2d"]
+SETTINGS = ["baseline", "eps8", "per-tensor-clip", "decay-2d", "eps8-bf16"]
 
 
 def train(setting, seed, a, train_ids, windows):
     torch.manual_seed(seed)
     layers, d, heads, context = PRESETS[a.preset]
     model = Gpt2(layers, d, heads, context, "sdpa")
-    eps = 1e-8 if setting == "eps8" else 1e-5
+    eps = 1e-8 if setting.startswith("eps8") else 1e-5
+    autocast = setting.endswith("bf16")
     if setting == "decay-2d":
         decay = [p for p in model.parameters() if p.dim() >= 2]
         rest = [p for p in model.parameters() if p.dim() < 2]
@@ -67,7 +72,8 @@ def train(setting, seed, a, train_ids, windows):
             g["lr"] = lr_at(step - 1)
         starts = torch.randint(0, len(train_ids) - a.seq - 1, (a.batch,), generator=generator)
         w = torch.stack([train_ids[s:s + a.seq + 1] for s in starts])
-        loss = model(w[:, :-1], w[:, 1:])
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            loss = model(w[:, :-1], w[:, 1:])
         loss.backward()
         if setting == "per-tensor-clip":
             for p in model.parameters():
