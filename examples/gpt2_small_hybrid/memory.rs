@@ -29,7 +29,7 @@ pub fn loss_chunk(
     match args.loss_chunk {
         Some(0) => None,
         Some(chunk) => Some(chunk as usize),
-        None => default_loss_chunk(config, batch, seq, 4, args.attention, device),
+        None => default_loss_chunk(config, batch, seq, args.execution.precision.bytes(), args.attention, device),
     }
 }
 
@@ -46,7 +46,9 @@ pub fn check_memory(
     loss_chunk: Option<usize>,
 ) -> Result<(), Failure> {
     let averaged = args.average.average.is_some();
-    let estimate = Gpt2MemoryEstimate::new(config, batch, seq, 4, loss_chunk, args.attention);
+    // The float type the step computes in; master weights and moments are f32 in any.
+    let elem = args.execution.precision.bytes();
+    let estimate = Gpt2MemoryEstimate::new(config, batch, seq, elem, loss_chunk, args.attention);
     let estimate = if averaged { estimate.with_weight_average() } else { estimate };
     eprintln!(
         "{preset}: {} parameters; batch {batch} × {seq} tokens; estimated peak {estimate}",
@@ -54,8 +56,14 @@ pub fn check_memory(
     );
     let largest_page = largest_pool_page(backend);
     let reserve = largest_page.map(|largest| {
-        let reserve =
-            Gpt2PoolReserve::new(config, batch, seq, loss_chunk, args.attention, PoolPages::sub_slices(largest));
+        let reserve = Gpt2PoolReserve::new(
+            config,
+            (batch, seq),
+            elem,
+            loss_chunk,
+            args.attention,
+            PoolPages::sub_slices(largest),
+        );
         if averaged {
             reserve.with_weight_average()
         } else {
@@ -76,7 +84,7 @@ pub fn check_memory(
         }
     }
     if loss_chunk.is_none() {
-        let chunked = Gpt2MemoryEstimate::new(config, batch, seq, 4, Some(seq), args.attention);
+        let chunked = Gpt2MemoryEstimate::new(config, batch, seq, elem, Some(seq), args.attention);
         let chunked = if averaged { chunked.with_weight_average() } else { chunked };
         if chunked.total() < estimate.total() {
             eprintln!("  (with --loss-chunk {seq}: {})", format_bytes(chunked.total() as f64));

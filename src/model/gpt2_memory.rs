@@ -1,9 +1,12 @@
 //! An estimate, before any allocation, of what training GPT-2 will hold on the device.
 //!
-//! The parts, in elements of `elem_bytes` each:
+//! The parts, in elements of `elem_bytes` each (the float type the step computes in) but
+//! the master weights and what the optimizer keeps, which are f32 in every precision:
 //!
 //! - **parameters** `P` ([`Gpt2Config::parameter_count`]), **gradients** `P`, and
-//!   **optimizer state** `2P` (Adam's two moments);
+//!   **optimizer state** `2P` (Adam's two moments), all f32;
+//! - in half precision, the **compute copy**: the weights cast for the step and their
+//!   gradients before they are cast back, `2P` (none in f32);
 //! - **activations** the autodiff graph keeps for the backward pass, per layer and token
 //!   `17·d + 2.5·heads·seq` with Burn's attention (Korthikanti et al., 2022, "Reducing
 //!   Activation Recomputation in Large Transformer Models", eq. 1, converted from bytes at
@@ -51,6 +54,10 @@ use std::fmt;
 use super::gpt2::{Gpt2Attention, Gpt2Config};
 use crate::memory::format_bytes;
 
+/// Bytes of a master weight, a gradient the optimizer takes, and a moment: f32 in every
+/// precision.
+const MASTER: u64 = 4;
+
 /// Estimated device bytes of one GPT-2 training step; see the [module docs](self).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Gpt2MemoryEstimate {
@@ -60,6 +67,8 @@ pub struct Gpt2MemoryEstimate {
     pub gradients: u64,
     /// Adam's first and second moments.
     pub optimizer: u64,
+    /// A half-precision step's copy of the weights and its gradients (0 in f32).
+    pub compute_copy: u64,
     /// What the transformer blocks keep for the backward pass.
     pub activations: u64,
     /// The LM head's logits and what the loss keeps of them.
@@ -72,8 +81,9 @@ pub struct Gpt2MemoryEstimate {
 }
 
 impl Gpt2MemoryEstimate {
-    /// The estimate for `batch × seq` tokens per step, `elem_bytes` per float, an
-    /// optional loss chunk (tokens per chunk), and the attention the model runs.
+    /// The estimate for `batch × seq` tokens per step computing in floats of `elem_bytes`
+    /// (4, or 2 for bf16 and f16), an optional loss chunk (tokens per chunk), and the
+    /// attention the model runs.
     pub fn new(
         config: &Gpt2Config,
         batch: usize,
@@ -83,7 +93,9 @@ impl Gpt2MemoryEstimate {
         attention: Gpt2Attention,
     ) -> Self {
         let elem = elem_bytes as f64;
-        let params = config.parameter_count() as f64 * elem;
+        let params = config.parameter_count() as f64 * MASTER as f64;
+        let compute_copy =
+            if elem_bytes < MASTER as usize { 2.0 * config.parameter_count() as f64 * elem } else { 0.0 };
         let tokens = (batch * seq) as f64;
         let (d, heads, vocab) = (config.d_model as f64, config.heads as f64, config.padded_vocab() as f64);
         let kept_by_attention = match attention {
@@ -100,6 +112,7 @@ impl Gpt2MemoryEstimate {
             parameters: params as u64,
             gradients: params as u64,
             optimizer: (2.0 * params) as u64,
+            compute_copy: compute_copy as u64,
             activations: activations as u64,
             logits: logits as u64,
             average: 0,
@@ -130,7 +143,13 @@ impl Gpt2MemoryEstimate {
 
     /// Everything together: the estimated peak of a full training step.
     pub fn total(&self) -> u64 {
-        self.parameters + self.gradients + self.optimizer + self.activations + self.logits + self.average
+        self.parameters
+            + self.gradients
+            + self.optimizer
+            + self.compute_copy
+            + self.activations
+            + self.logits
+            + self.average
     }
 
     /// What a forward-only step (predict or evaluation) adds on top of parameters and
@@ -199,8 +218,7 @@ impl PoolPages {
     }
 }
 
-/// What a CubeCL device pool reserves for GPT-2 training in f32; see the
-/// [module docs](self).
+/// What a CubeCL device pool reserves for GPT-2 training; see the [module docs](self).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Gpt2PoolReserve {
     /// Buffers of exactly a weight's size: weights, gradients, moments, the update's.
@@ -216,35 +234,43 @@ pub struct Gpt2PoolReserve {
 }
 
 impl Gpt2PoolReserve {
-    /// The estimate for `batch × seq` tokens, the loss chunk and the attention the model
-    /// runs, on a pool with these `pages`.
+    /// The estimate for `batch × seq` tokens computing in floats of `elem_bytes` (4, or 2
+    /// for bf16 and f16), the loss chunk and the attention the model runs, on a pool with
+    /// these `pages`.
     pub fn new(
         config: &Gpt2Config,
-        batch: usize,
-        seq: usize,
+        (batch, seq): (usize, usize),
+        elem_bytes: usize,
         loss_chunk: Option<usize>,
         attention: Gpt2Attention,
         pages: PoolPages,
     ) -> Self {
-        const F32: u64 = 4;
+        let elem = elem_bytes as u64;
         let mut weights = BTreeMap::<u64, u64>::new();
         for elements in config.parameter_tensors() {
-            *weights.entry(elements as u64 * F32).or_default() += 1;
+            *weights.entry(elements as u64 * MASTER).or_default() += 1;
         }
         let persistent: u64 = weights.iter().map(|(&size, &n)| size * (4 * n + 3)).sum();
 
         let (tokens, d, heads, vocab) =
             ((batch * seq) as u64, config.d_model as u64, config.heads as u64, config.padded_vocab() as u64);
-        let (narrow, wide) = (tokens * d * F32, tokens * 4 * d * F32);
+        let (narrow, wide) = (tokens * d * elem, tokens * 4 * d * elem);
         let mut tensors = Vec::new();
+        if elem < MASTER {
+            // The compute copy: each weight cast, and its gradient before it is cast back.
+            for elements in config.parameter_tensors() {
+                tensors.extend([elements as u64 * elem; 2]);
+            }
+        }
         for _ in 0..config.layers {
             tensors.extend([narrow; 9]);
             tensors.extend([wide; 2]);
             match attention {
-                Gpt2Attention::Lean => tensors.push(tokens * heads * F32),
+                // The log-sum-exp is f32 in every precision.
+                Gpt2Attention::Lean => tensors.push(tokens * heads * 4),
                 Gpt2Attention::Burn => {
                     // 2.5 score tensors (scores, softmax, half a dropout mask).
-                    let scores = batch as u64 * heads * (seq * seq) as u64 * F32;
+                    let scores = batch as u64 * heads * (seq * seq) as u64 * elem;
                     tensors.extend([scores, scores, scores / 2]);
                 }
             }
@@ -253,10 +279,10 @@ impl Gpt2PoolReserve {
         tensors.extend([wide; 2]);
         match loss_chunk {
             Some(chunk) if chunk > 0 => {
-                let chunk_logits = (chunk as u64).min(tokens) * vocab * F32;
+                let chunk_logits = (chunk as u64).min(tokens) * vocab * elem;
                 tensors.extend([chunk_logits, chunk_logits, narrow]);
             }
-            _ => tensors.extend([tokens * vocab * F32; 4]),
+            _ => tensors.extend([tokens * vocab * elem; 4]),
         }
         let largest_tensor = tensors.iter().chain(weights.keys()).copied().max().unwrap_or(0);
         // A tensor of exactly a weight's size goes to the persistent part as well.
@@ -298,10 +324,11 @@ impl fmt::Display for Gpt2MemoryEstimate {
         let bytes = |b: u64| format_bytes(b as f64);
         write!(
             f,
-            "parameters {}, gradients {}, optimizer state {}, activations {}, logits {}{}: total {}",
+            "parameters {}, gradients {}, optimizer state {}{}, activations {}, logits {}{}: total {}",
             bytes(self.parameters),
             bytes(self.gradients),
             bytes(self.optimizer),
+            if self.compute_copy > 0 { format!(", compute copy {}", bytes(self.compute_copy)) } else { String::new() },
             bytes(self.activations),
             bytes(self.logits),
             if self.average > 0 { format!(", weight average {}", bytes(self.average)) } else { String::new() },
@@ -365,28 +392,57 @@ mod tests {
     fn the_persistent_part_counts_four_buffers_per_weight_and_three_per_size() {
         let config = Gpt2Config::preset("gpt2-mini").unwrap();
         let pages = PoolPages::sub_slices(128 * MIB);
-        let reserve = Gpt2PoolReserve::new(&config, 8, 64, Some(256), Gpt2Attention::Lean, pages);
+        let reserve = Gpt2PoolReserve::new(&config, (8, 64), 4, Some(256), Gpt2Attention::Lean, pages);
         let sizes: std::collections::BTreeSet<usize> = config.parameter_tensors().into_iter().collect();
         let extra: u64 = sizes.iter().map(|&elements| 3 * 4 * elements as u64).sum();
         let weights = 4 * 4 * config.parameter_count() as u64 + extra;
         // At 4 × 64 tokens no activation has a weight's size.
-        let apart = Gpt2PoolReserve::new(&config, 4, 64, Some(256), Gpt2Attention::Lean, pages);
+        let apart = Gpt2PoolReserve::new(&config, (4, 64), 4, Some(256), Gpt2Attention::Lean, pages);
         assert_eq!(apart.persistent, weights);
         // At 8 × 64, [tokens, d] is [d, 4d]'s size: the layers' 9 and the 4 in flight
         // and the hidden states' gradient join the persistent part.
         assert_eq!(reserve.persistent, weights + (4 * 9 + 4 + 1) * 512 * 128 * 4);
         // The largest tensor: a chunk's logits with the fused loss, all the logits without.
         assert_eq!(reserve.largest_tensor, 256 * config.padded_vocab() as u64 * 4);
-        let full_logits = Gpt2PoolReserve::new(&config, 8, 128, None, Gpt2Attention::Lean, pages);
+        let full_logits = Gpt2PoolReserve::new(&config, (8, 128), 4, None, Gpt2Attention::Lean, pages);
         assert_eq!(full_logits.largest_tensor, 8 * 128 * config.padded_vocab() as u64 * 4);
         // The full logits change only the pages (no tensor of theirs has a weight's size).
-        let full = Gpt2PoolReserve::new(&config, 4, 64, None, Gpt2Attention::Lean, pages);
+        let full = Gpt2PoolReserve::new(&config, (4, 64), 4, None, Gpt2Attention::Lean, pages);
         assert_eq!(full.persistent, apart.persistent);
         assert!(full.paged > apart.paged);
         // A weight average adds one buffer per weight, and nothing paged.
         let averaged = apart.with_weight_average();
         assert_eq!(averaged.persistent, weights + 4 * config.parameter_count() as u64);
         assert_eq!(averaged.paged, apart.paged);
+    }
+
+    #[test]
+    fn half_precision_keeps_f32_masters_and_halves_what_the_step_computes() {
+        let config = Gpt2Config::preset("gpt2-mini").unwrap();
+        let p = config.parameter_count() as u64;
+        let (f32, half) = (
+            Gpt2MemoryEstimate::new(&config, 8, 64, 4, Some(256), Gpt2Attention::Lean),
+            Gpt2MemoryEstimate::new(&config, 8, 64, 2, Some(256), Gpt2Attention::Lean),
+        );
+        assert_eq!((half.parameters, half.gradients, half.optimizer), (4 * p, 4 * p, 8 * p));
+        assert_eq!((f32.parameters, f32.gradients, f32.optimizer), (4 * p, 4 * p, 8 * p));
+        // The weights cast for the step and their gradients, in half precision only.
+        assert_eq!((f32.compute_copy, half.compute_copy), (0, 2 * 2 * p));
+        assert_eq!(2 * half.activations, f32.activations);
+        assert_eq!(2 * half.logits, f32.logits);
+        assert!(half.to_string().contains("compute copy") && !f32.to_string().contains("compute copy"));
+
+        let pages = PoolPages::sub_slices(128 * MIB);
+        let reserve = |elem| Gpt2PoolReserve::new(&config, (4, 64), elem, Some(256), Gpt2Attention::Lean, pages);
+        let (f32, half) = (reserve(4), reserve(2));
+        // Master weights, gradients and moments are f32 in both; here a chunk's half-precision
+        // logits, [256, vocab] × 2 B, have the f32 token embedding's size and join them.
+        let chunk_logits = 256 * config.padded_vocab() as u64 * 2;
+        assert_eq!(chunk_logits, config.padded_vocab() as u64 * 128 * 4);
+        assert!(half.persistent >= f32.persistent + 2 * chunk_logits, "{half:?} against {f32:?}");
+        assert!(half.paged < f32.paged);
+        assert_eq!(half.largest_tensor, f32.largest_tensor / 2, "a chunk's logits, in the compute type");
+        assert_eq!(half.weight_bytes, f32.weight_bytes);
     }
 
     #[test]
