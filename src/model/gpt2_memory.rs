@@ -250,17 +250,24 @@ impl Gpt2PoolReserve {
         for elements in config.parameter_tensors() {
             *weights.entry(elements as u64 * MASTER).or_default() += 1;
         }
-        let persistent: u64 = weights.iter().map(|(&size, &n)| size * (4 * n + 3)).sum();
+        // Each weight, its gradient and its two moments (AdamW updates them in place); in
+        // f32 one more of the tied embedding's size: its gradient is the sum of two (in half
+        // precision that sum is the compute copy's, below).
+        let embedding = (config.padded_vocab() * config.d_model) as u64 * MASTER;
+        let summed = if elem < MASTER { 0 } else { embedding };
+        let persistent: u64 = weights.iter().map(|(&size, &n)| size * 4 * n).sum::<u64>() + summed;
 
         let (tokens, d, heads, vocab) =
             ((batch * seq) as u64, config.d_model as u64, config.heads as u64, config.padded_vocab() as u64);
         let (narrow, wide) = (tokens * d * elem, tokens * 4 * d * elem);
         let mut tensors = Vec::new();
         if elem < MASTER {
-            // The compute copy: each weight cast, and its gradient before it is cast back.
+            // The compute copy: each weight cast, and its gradient before it is cast back
+            // (the tied embedding's in two parts before they are summed).
             for elements in config.parameter_tensors() {
                 tensors.extend([elements as u64 * elem; 2]);
             }
+            tensors.push(embedding / MASTER * elem);
         }
         for _ in 0..config.layers {
             tensors.extend([narrow; 9]);
@@ -278,9 +285,19 @@ impl Gpt2PoolReserve {
         tensors.extend([narrow; 4]);
         tensors.extend([wide; 2]);
         match loss_chunk {
+            // In half precision the loss is computed in f32: the logits, their f32 copy and
+            // its gradient (the composed loss; CUDA's row kernel keeps the logits' type).
+            Some(chunk) if chunk > 0 && elem < MASTER => {
+                let rows = (chunk as u64).min(tokens) * vocab;
+                tensors.extend([rows * elem, rows * MASTER, rows * MASTER, narrow]);
+            }
             Some(chunk) if chunk > 0 => {
                 let chunk_logits = (chunk as u64).min(tokens) * vocab * elem;
                 tensors.extend([chunk_logits, chunk_logits, narrow]);
+            }
+            _ if elem < MASTER => {
+                tensors.extend([tokens * vocab * elem; 2]);
+                tensors.extend([tokens * vocab * MASTER; 2]);
             }
             _ => tensors.extend([tokens * vocab * elem; 4]),
         }
@@ -388,20 +405,22 @@ mod tests {
         assert_eq!(llvmpipe.reserve_for(&[200 * MIB]), 200 * MIB);
     }
 
+    /// The persistent part's rule, read from CubeCL's memory logger on llvmpipe since AdamW
+    /// updates in place (docs/gpt2.md): four buffers per weight, one more of the embedding's
+    /// size in f32, and every tensor of a weight's size.
     #[test]
-    fn the_persistent_part_counts_four_buffers_per_weight_and_three_per_size() {
+    fn the_persistent_part_counts_four_buffers_per_weight_and_the_summed_embedding_gradient() {
         let config = Gpt2Config::preset("gpt2-mini").unwrap();
         let pages = PoolPages::sub_slices(128 * MIB);
         let reserve = Gpt2PoolReserve::new(&config, (8, 64), 4, Some(256), Gpt2Attention::Lean, pages);
-        let sizes: std::collections::BTreeSet<usize> = config.parameter_tensors().into_iter().collect();
-        let extra: u64 = sizes.iter().map(|&elements| 3 * 4 * elements as u64).sum();
-        let weights = 4 * 4 * config.parameter_count() as u64 + extra;
+        let masters = 4 * 4 * config.parameter_count() as u64;
+        let embedding = config.padded_vocab() as u64 * 128 * 4;
         // At 4 × 64 tokens no activation has a weight's size.
         let apart = Gpt2PoolReserve::new(&config, (4, 64), 4, Some(256), Gpt2Attention::Lean, pages);
-        assert_eq!(apart.persistent, weights);
+        assert_eq!(apart.persistent, masters + embedding);
         // At 8 × 64, [tokens, d] is [d, 4d]'s size: the layers' 9 and the 4 in flight
         // and the hidden states' gradient join the persistent part.
-        assert_eq!(reserve.persistent, weights + (4 * 9 + 4 + 1) * 512 * 128 * 4);
+        assert_eq!(reserve.persistent, masters + embedding + (4 * 9 + 4 + 1) * 512 * 128 * 4);
         // The largest tensor: a chunk's logits with the fused loss, all the logits without.
         assert_eq!(reserve.largest_tensor, 256 * config.padded_vocab() as u64 * 4);
         let full_logits = Gpt2PoolReserve::new(&config, (8, 128), 4, None, Gpt2Attention::Lean, pages);
@@ -412,7 +431,7 @@ mod tests {
         assert!(full.paged > apart.paged);
         // A weight average adds one buffer per weight, and nothing paged.
         let averaged = apart.with_weight_average();
-        assert_eq!(averaged.persistent, weights + 4 * config.parameter_count() as u64);
+        assert_eq!(averaged.persistent, apart.persistent + 4 * config.parameter_count() as u64);
         assert_eq!(averaged.paged, apart.paged);
     }
 
@@ -432,16 +451,20 @@ mod tests {
         assert_eq!(2 * half.logits, f32.logits);
         assert!(half.to_string().contains("compute copy") && !f32.to_string().contains("compute copy"));
 
+        // The pool at 4 × 64: the masters are f32 in both. In half precision the
+        // embedding's gradient is summed in the compute copy (paged), and three kinds of
+        // tensor join the masters by size: a chunk's logits, [256, vocab] × 2 B (the f32
+        // embedding's size), and the activations [tokens, d] and [tokens, 4d] at 2 B (the
+        // f32 [d, d] and [d, 4d] weights'), each layer's and those in flight.
         let pages = PoolPages::sub_slices(128 * MIB);
         let reserve = |elem| Gpt2PoolReserve::new(&config, (4, 64), elem, Some(256), Gpt2Attention::Lean, pages);
         let (f32, half) = (reserve(4), reserve(2));
-        // Master weights, gradients and moments are f32 in both; here a chunk's half-precision
-        // logits, [256, vocab] × 2 B, have the f32 token embedding's size and join them.
-        let chunk_logits = 256 * config.padded_vocab() as u64 * 2;
-        assert_eq!(chunk_logits, config.padded_vocab() as u64 * 128 * 4);
-        assert!(half.persistent >= f32.persistent + 2 * chunk_logits, "{half:?} against {f32:?}");
-        assert!(half.paged < f32.paged);
-        assert_eq!(half.largest_tensor, f32.largest_tensor / 2, "a chunk's logits, in the compute type");
+        let (masters, vocab) = (4 * 4 * p, config.padded_vocab() as u64);
+        assert_eq!(f32.persistent, masters + vocab * 128 * 4);
+        let activations = (4 * 9 + 4 + 1) * 256 * 128 * 2 + (4 * 2 + 2) * 256 * 512 * 2;
+        assert_eq!(half.persistent, masters + 256 * vocab * 2 + activations);
+        // The loss in f32: two [256, vocab] f32 buffers share a 128 MiB page, as in f32.
+        assert_eq!(half.largest_tensor, f32.largest_tensor, "a chunk's f32 logits");
         assert_eq!(half.weight_bytes, f32.weight_bytes);
     }
 
