@@ -29,9 +29,9 @@
 //! - the **persistent** part: one buffer of exactly its size per allocation. The model's
 //!   weights are put there ([`materialize_persistent`]), and every later allocation of a
 //!   size it already holds goes there too. For each distinct weight size held by `n`
-//!   tensors it reaches `4n + 3` buffers: weights, gradients and the two moments, plus the
-//!   optimizer's update of one tensor (its new weight and moments before the old are
-//!   freed);
+//!   tensors it holds `4n` buffers: weights, gradients and the two moments (AdamW updates
+//!   in place; `4n + 3` before it did), and in f32 one more of the tied embedding's size
+//!   (its gradient is the sum of two);
 //! - **pages** shared by tensors of similar size ([`PoolPages`]), kept until an explicit
 //!   cleanup: the activations, each layer's `9` `[tokens, d]` and `2` `[tokens, 4d]` tensors
 //!   (the `17·d` above) and its attention's (scores with Burn's, the log-sum-exp with
