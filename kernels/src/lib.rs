@@ -32,8 +32,11 @@ pub use adamw::{
     AdamWScalarsLaunch,
 };
 pub use attention::{
-    attention_backward_dkdv_kernel, attention_backward_dq_kernel, attention_forward_kernel, launch_attention_backward,
-    launch_attention_forward, supports_head_dim, tile_rows, AttentionShape, AttentionShapeLaunch, ROWS_PER_CUBE,
+    attention_backward_dkdv_kernel, attention_backward_dq_kernel, attention_block_softmax_grad_kernel,
+    attention_block_softmax_kernel, attention_forward_kernel, launch_attention_backward,
+    launch_attention_block_softmax, launch_attention_block_softmax_grad, launch_attention_forward, supports_head_dim,
+    tile_rows, AttentionShape, AttentionShapeLaunch, BlockDims, ScoreBlock, ScoreBlockLaunch, ROWS_PER_CUBE,
+    SCORE_ROW_UNITS,
 };
 pub use col2im::{col2im_kernel, launch_col2im};
 pub use geometry::{ConvGeometry, ConvGeometryArgs, ConvGeometryArgsLaunch};

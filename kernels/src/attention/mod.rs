@@ -14,11 +14,19 @@
 //!
 //! Inputs are read by their strides (a `[batch, seq, heads, head_dim]` projection viewed
 //! as `[batch, heads, seq, head_dim]` needs no copy); outputs are written contiguous.
+//!
+//! `block` holds the two kernels of the other attention, in blocks of query rows whose
+//! products are GEMMs: the softmax rows between those products.
 
 mod backward;
+mod block;
 mod forward;
 
 pub use backward::{attention_backward_dkdv_kernel, attention_backward_dq_kernel, launch_attention_backward};
+pub use block::{
+    attention_block_softmax_grad_kernel, attention_block_softmax_kernel, launch_attention_block_softmax,
+    launch_attention_block_softmax_grad, BlockDims, ScoreBlock, ScoreBlockLaunch, SCORE_ROW_UNITS,
+};
 pub use forward::{attention_forward_kernel, launch_attention_forward};
 
 use cubecl::prelude::*;

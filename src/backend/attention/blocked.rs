@@ -1,5 +1,7 @@
 //! The blocked forward (with each row's log-sum-exp) and the recomputing backward, on
-//! plain Burn tensors of any backend.
+//! plain Burn tensors of any backend: each block's products are the backend's matmuls, its
+//! softmax between them the backend's block softmax op ([`composed_softmax`] and
+//! [`composed_softmax_grad`] by default).
 //!
 //! A causal block stops at the last key its rows may see: it neither computes nor masks
 //! the scores above the diagonal (about half of all `queries × keys`), and in the same
@@ -12,7 +14,7 @@ use burn::tensor::{Bool, FloatDType, Int, Tensor, TensorPrimitive};
 use burn_backend::tensor::FloatTensor;
 use burn_backend::{DType, TensorMetadata};
 
-use super::attention_workspace;
+use super::{attention_workspace, AttentionOps};
 
 /// Query rows `start .. start + rows`, which attend to keys `0 .. keys`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -73,23 +75,82 @@ pub(crate) fn blocks(queries: usize, keys: usize, causal: bool, scores: usize, g
     blocks
 }
 
-/// The (masked) scores of `block`: `[b, h, rows, block keys]`, from the whole query,
-/// already scaled, and key.
-fn scores<B: Backend>(scaled_query: &Tensor<B, 4>, key: &Tensor<B, 4>, block: Block, causal: bool) -> Tensor<B, 4> {
-    let [batch, heads, queries, _] = scaled_query.dims();
-    let scores = block_rows(scaled_query, block).matmul(seen_keys(key, block).swap_dims(2, 3));
-    // Row `start + i` may not see key `j > start + i + offset` (Burn's bottom-right
-    // alignment): nothing to mask when the block's first row sees all of its keys.
-    let offset = key.dims()[2] - queries;
-    if !causal || block.keys <= block.start + offset + 1 {
-        return scores;
-    }
-    let device = scaled_query.device();
-    let Block { start, rows, keys } = block;
-    let row = Tensor::<B, 1, Int>::arange((start + offset) as i64..(start + offset + rows) as i64, &device);
+/// The scores of `block`: `[b, h, rows, block keys]`, from the whole query, already
+/// scaled, and key (unmasked: the block's softmax op masks them).
+fn scores<B: Backend>(scaled_query: &Tensor<B, 4>, key: &Tensor<B, 4>, block: Block) -> Tensor<B, 4> {
+    block_rows(scaled_query, block).matmul(seen_keys(key, block).swap_dims(2, 3))
+}
+
+/// The causal diagonal of `block` of a `queries`-row attention over `keys` keys: row
+/// `start + i` may not see key `j > start + i + keys − queries` (Burn's bottom-right
+/// alignment), so row `i` of the block sees keys `0 ..= i + diagonal`; `None` where
+/// nothing is hidden (not causal, or the block's first row sees all of its keys).
+fn diagonal(block: Block, queries: usize, keys: usize, causal: bool) -> Option<usize> {
+    let diagonal = block.start + keys - queries;
+    (causal && block.keys > diagonal + 1).then_some(diagonal)
+}
+
+/// `scores` (`[b, h, rows, keys]`) with the keys past row `i`'s `i + diagonal` at −∞.
+fn masked<B: Backend>(scores: Tensor<B, 4>, diagonal: Option<usize>) -> Tensor<B, 4> {
+    let Some(diagonal) = diagonal else { return scores };
+    let [batch, heads, rows, keys] = scores.dims();
+    let device = scores.device();
+    let row = Tensor::<B, 1, Int>::arange(diagonal as i64..(diagonal + rows) as i64, &device);
     let col = Tensor::<B, 1, Int>::arange(0..keys as i64, &device);
     let hidden: Tensor<B, 2, Bool> = col.reshape([1, keys]).greater(row.reshape([rows, 1]));
     scores.mask_fill(hidden.reshape([1, 1, rows, keys]).expand([batch, heads, rows, keys]), f32::NEG_INFINITY)
+}
+
+/// [`AttentionOps::lean_attention_block_softmax`] composed of Burn ops, in f32.
+pub(crate) fn composed_softmax<B: Backend>(
+    scores: FloatTensor<B>,
+    diagonal: Option<usize>,
+) -> (FloatTensor<B>, FloatTensor<B>) {
+    let dtype = scores.dtype();
+    let scores = to_f32(masked(tensor::<B>(scores), diagonal));
+    let max = scores.clone().max_dim(3);
+    let weights = (scores - max.clone()).exp();
+    let sum = weights.clone().sum_dim(3);
+    let probabilities = to_dtype(weights / sum.clone(), dtype);
+    (primitive(probabilities), primitive(max + sum.log()))
+}
+
+/// [`AttentionOps::lean_attention_block_softmax_grad`] composed of Burn ops, in f32.
+pub(crate) fn composed_softmax_grad<B: Backend>(
+    scores: FloatTensor<B>,
+    lse: FloatTensor<B>,
+    delta: FloatTensor<B>,
+    grad_probabilities: FloatTensor<B>,
+    diagonal: Option<usize>,
+) -> (FloatTensor<B>, FloatTensor<B>) {
+    let dtype = scores.dtype();
+    let probabilities = (to_f32(masked(tensor::<B>(scores), diagonal)) - to_f32(tensor(lse))).exp();
+    let grad_scores = probabilities.clone() * (to_f32(tensor(grad_probabilities)) - to_f32(tensor(delta)));
+    (primitive(to_dtype(probabilities, dtype)), primitive(to_dtype(grad_scores, dtype)))
+}
+
+/// One block's probabilities and log-sum-exp from its scores, by `B`'s op.
+fn block_softmax<B: AttentionOps>(scores: Tensor<B, 4>, diagonal: Option<usize>) -> (Tensor<B, 4>, Tensor<B, 4>) {
+    let (probabilities, lse) = B::lean_attention_block_softmax(primitive(scores), diagonal);
+    (tensor(probabilities), tensor(lse))
+}
+
+/// One block's probabilities and score gradients in the backward pass, by `B`'s op.
+fn block_softmax_grad<B: AttentionOps>(
+    scores: Tensor<B, 4>,
+    lse: Tensor<B, 4>,
+    delta: Tensor<B, 4>,
+    grad_probabilities: Tensor<B, 4>,
+    diagonal: Option<usize>,
+) -> (Tensor<B, 4>, Tensor<B, 4>) {
+    let (probabilities, grad_scores) = B::lean_attention_block_softmax_grad(
+        primitive(scores),
+        primitive(lse),
+        primitive(delta),
+        primitive(grad_probabilities),
+        diagonal,
+    );
+    (tensor(probabilities), tensor(grad_scores))
 }
 
 /// The query times 1/√d: the scale on the `[b, h, queries, d]` operand, not on the
@@ -148,25 +209,22 @@ fn add_to_first_keys<B: Backend>(sum: Tensor<B, 4>, part: Tensor<B, 4>) -> Tenso
 /// The attention output `[b, h, queries, head_dim]` (the inputs' type) and each query
 /// row's log-sum-exp of its scores `[b, h, queries, 1]` (f32), one of `blocks` (covering
 /// the queries in order) at a time.
-pub(crate) fn forward<B: Backend>(
+pub(crate) fn forward<B: AttentionOps>(
     query: Tensor<B, 4>,
     key: Tensor<B, 4>,
     value: Tensor<B, 4>,
     causal: bool,
     blocks: &[Block],
 ) -> (Tensor<B, 4>, Tensor<B, 4>) {
-    let dtype = query.dtype();
+    let [_, _, queries, _] = query.dims();
+    let keys = key.dims()[2];
     let scaled = scaled(&query);
     let (mut outputs, mut lse) = (Vec::new(), Vec::new());
     for &block in blocks {
-        let scores = to_f32(scores(&scaled, &key, block, causal));
-        let max = scores.clone().max_dim(3);
-        let weights = (scores - max.clone()).exp();
-        let sum = weights.clone().sum_dim(3);
-        // Normalised after the product: a `[rows, d]` division, not a score-sized one.
-        let output = to_dtype(weights, dtype).matmul(seen_keys(&value, block));
-        outputs.push(to_dtype(to_f32(output).div(sum.clone()), dtype));
-        lse.push(max + sum.log());
+        let mask = diagonal(block, queries, keys, causal);
+        let (probabilities, block_lse) = block_softmax(scores(&scaled, &key, block), mask);
+        outputs.push(probabilities.matmul(seen_keys(&value, block)));
+        lse.push(block_lse);
     }
     (Tensor::cat(outputs, 2), Tensor::cat(lse, 2))
 }
@@ -174,7 +232,7 @@ pub(crate) fn forward<B: Backend>(
 /// The gradients of query, key and value given the output's gradient, recomputing each
 /// block's scores from `lse` (FlashAttention-2's backward).
 #[allow(clippy::too_many_arguments)]
-pub(crate) fn backward<B: Backend>(
+pub(crate) fn backward<B: AttentionOps>(
     query: Tensor<B, 4>,
     key: Tensor<B, 4>,
     value: Tensor<B, 4>,
@@ -185,6 +243,8 @@ pub(crate) fn backward<B: Backend>(
     blocks: &[Block],
 ) -> (Tensor<B, 4>, Tensor<B, 4>, Tensor<B, 4>) {
     let (dtype, scale, scaled) = (query.dtype(), scale(&query), scaled(&query));
+    let [_, _, queries, _] = query.dims();
+    let keys = key.dims()[2];
     let grad = to_dtype(grad, dtype);
     // D = rowsum(dO ∘ O): the softmax's backward term, per query row.
     let delta = (to_f32(grad.clone()) * to_f32(output)).sum_dim(3);
@@ -193,12 +253,17 @@ pub(crate) fn backward<B: Backend>(
     let mut grad_value = to_f32(value.zeros_like());
     let mut grad_query = Vec::new();
     for &block in blocks {
-        let probabilities = (to_f32(scores(&scaled, &key, block, causal)) - block_rows(&lse, block)).exp();
         let grad_block = block_rows(&grad, block);
-        let grad_value_part = to_dtype(probabilities.clone(), dtype).swap_dims(2, 3).matmul(grad_block.clone());
+        let grad_probabilities = grad_block.clone().matmul(seen_keys(&value, block).swap_dims(2, 3));
+        let (probabilities, grad_scores) = block_softmax_grad(
+            scores(&scaled, &key, block),
+            block_rows(&lse, block),
+            block_rows(&delta, block),
+            grad_probabilities,
+            diagonal(block, queries, keys, causal),
+        );
+        let grad_value_part = probabilities.swap_dims(2, 3).matmul(grad_block);
         grad_value = add_to_first_keys(grad_value, to_f32(grad_value_part));
-        let grad_probabilities = to_f32(grad_block.matmul(seen_keys(&value, block).swap_dims(2, 3)));
-        let grad_scores = to_dtype(probabilities * (grad_probabilities - block_rows(&delta, block)), dtype);
         // s = (scale·q)·kᵀ: ds/dk = scale·q (the scaled query), ds/dq = scale·k (the
         // scale applied once, to the whole query gradient).
         grad_query.push(grad_scores.clone().matmul(seen_keys(&key, block)));
@@ -229,7 +294,7 @@ fn workspace_blocks(dims: [usize; 4], keys: usize, causal: bool, elem_bytes: usi
 
 /// [`forward`] in blocks that fit the [`attention_workspace`]: the output and the
 /// log-sum-exp `[batch, heads, queries, 1]` (`AttentionOps::lean_attention_forward`'s default).
-pub(crate) fn forward_within_workspace<B: Backend>(
+pub(crate) fn forward_within_workspace<B: AttentionOps>(
     query: FloatTensor<B>,
     key: FloatTensor<B>,
     value: FloatTensor<B>,
@@ -242,7 +307,7 @@ pub(crate) fn forward_within_workspace<B: Backend>(
 }
 
 /// [`backward`] in the blocks [`forward_within_workspace`] used.
-pub(crate) fn backward_within_workspace<B: Backend>(
+pub(crate) fn backward_within_workspace<B: AttentionOps>(
     query: FloatTensor<B>,
     key: FloatTensor<B>,
     value: FloatTensor<B>,

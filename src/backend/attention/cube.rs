@@ -1,15 +1,19 @@
 //! [`AttentionOps`] on CubeCL backends: leanburn's fused attention kernels
-//! (`leanburn-kernels`' `attention`) for the training forward and backward.
+//! (`leanburn-kernels`' `attention`) for the training forward and backward, and its block
+//! softmax kernels for the attention in blocks.
 
 use burn_backend::tensor::FloatTensor;
 use burn_backend::{DType, Shape};
 use burn_cubecl::ops::numeric::empty_device_contiguous_dtype;
 use burn_cubecl::tensor::CubeTensor;
 use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElement};
-use leanburn_kernels::{launch_attention_backward, launch_attention_forward, supports_head_dim};
+use leanburn_kernels::{
+    launch_attention_backward, launch_attention_block_softmax, launch_attention_block_softmax_grad,
+    launch_attention_forward, supports_head_dim, BlockDims,
+};
 
 use super::{blocked, kernel_inputs, AttentionOps};
-use crate::backend::has_kernels;
+use crate::backend::{contiguous_of, has_kernels};
 
 /// `[batch, heads, rows, head_dim]` of a 4-D tensor.
 fn dims<R: CubeRuntime>(tensor: &CubeTensor<R>) -> [usize; 4] {
@@ -122,7 +126,95 @@ where
         [dq, dk, dv]
     }
 
+    fn lean_attention_block_softmax(
+        scores: FloatTensor<Self>,
+        diagonal: Option<usize>,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>) {
+        let Some(block) = block_dims(&scores, diagonal) else {
+            return blocked::composed_softmax::<Self>(scores, diagonal);
+        };
+        let dtype = scores.dtype;
+        let scores = contiguous_of(scores, dtype);
+        let probabilities = empty_like(&scores, dims(&scores), dtype);
+        let lse = empty_like(&scores, row_dims(&scores), DType::F32);
+        // SAFETY: the scores made contiguous `[batch, heads, rows, keys]` (at least one
+        // row and key: `block_dims`), the outputs just allocated with the shapes written.
+        unsafe {
+            with_float_type!(dtype, E => launch_attention_block_softmax::<R, E>(
+                &scores.client.clone(),
+                scores.into_tensor_arg(),
+                probabilities.clone().into_tensor_arg(),
+                lse.clone().into_tensor_arg(),
+                block,
+            ));
+        }
+        (probabilities, lse)
+    }
+
+    fn lean_attention_block_softmax_grad(
+        scores: FloatTensor<Self>,
+        lse: FloatTensor<Self>,
+        delta: FloatTensor<Self>,
+        grad_probabilities: FloatTensor<Self>,
+        diagonal: Option<usize>,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>) {
+        let statistics = [&lse, &delta].iter().all(|stat| stat.meta.shape().dims::<4>() == row_dims(&scores));
+        let block = block_dims(&scores, diagonal)
+            .filter(|_| statistics && grad_probabilities.meta.shape() == scores.meta.shape());
+        let Some(block) = block else {
+            return blocked::composed_softmax_grad::<Self>(scores, lse, delta, grad_probabilities, diagonal);
+        };
+        let dtype = scores.dtype;
+        let (scores, grad_probabilities) = (contiguous_of(scores, dtype), contiguous_of(grad_probabilities, dtype));
+        // Read by their strides: a block's rows of the sequence's statistics stay views.
+        let f32_view = |stat: FloatTensor<Self>| {
+            if stat.dtype == DType::F32 {
+                stat
+            } else {
+                burn_cubecl::kernel::cast(stat, DType::F32)
+            }
+        };
+        let (lse, delta) = (f32_view(lse), f32_view(delta));
+        let probabilities = empty_like(&scores, dims(&scores), dtype);
+        let grad_scores = empty_like(&scores, dims(&scores), dtype);
+        // SAFETY: scores and their gradient contiguous `[batch, heads, rows, keys]`, the
+        // statistics `[batch, heads, rows, 1]` f32 (checked above), the outputs just
+        // allocated with the shapes written.
+        unsafe {
+            with_float_type!(dtype, E => launch_attention_block_softmax_grad::<R, E>(
+                &scores.client.clone(),
+                scores.into_tensor_arg(),
+                grad_probabilities.into_tensor_arg(),
+                lse.into_tensor_arg(),
+                delta.into_tensor_arg(),
+                probabilities.clone().into_tensor_arg(),
+                grad_scores.clone().into_tensor_arg(),
+                block,
+            ));
+        }
+        (probabilities, grad_scores)
+    }
+
     fn fused_attention(dtype: DType, head_dim: usize) -> bool {
         has_kernels(dtype) && supports_head_dim(head_dim)
     }
+}
+
+/// The block softmax kernels' sizes for `scores` (`[batch, heads, rows, keys]`), where
+/// they take them: a kernel element type, at least one row and key.
+fn block_dims<R: CubeRuntime>(scores: &CubeTensor<R>, diagonal: Option<usize>) -> Option<BlockDims> {
+    let [batch, heads, rows, keys] = dims(scores);
+    let fits = has_kernels(scores.dtype) && batch * heads * rows * keys > 0;
+    fits.then_some(BlockDims { batch_heads: batch * heads, heads, rows, keys, diagonal })
+}
+
+/// `[batch, heads, rows, 1]`: the shape of a row statistic of `scores`.
+fn row_dims<R: CubeRuntime>(scores: &CubeTensor<R>) -> [usize; 4] {
+    let [batch, heads, rows, _] = dims(scores);
+    [batch, heads, rows, 1]
+}
+
+/// A new contiguous tensor of `shape` and `dtype` on `like`'s device.
+fn empty_like<R: CubeRuntime>(like: &CubeTensor<R>, shape: [usize; 4], dtype: DType) -> CubeTensor<R> {
+    empty_device_contiguous_dtype(like.client.clone(), like.device.clone(), Shape::new(shape), dtype)
 }

@@ -1,7 +1,8 @@
 //! [`AttentionOps`] on Burn's fused backends (`Cuda`, `Wgpu`): the inner backend's fused
 //! attention kernels as Fusion custom operations, as `Lean`'s pixel moves are
 //! (`backend/conv/fused.rs`); where the inner backend has no kernel for the inputs, the
-//! composed path on the fused backend itself, whose element-wise ops Burn fuses.
+//! composed path on the fused backend itself, its products Fusion's and each block's
+//! softmax the inner backend's block softmax kernel, again as a custom operation.
 
 use core::marker::PhantomData;
 
@@ -13,37 +14,39 @@ use burn_ir::{CustomOpIr, HandleContainer};
 
 use super::{blocked, kernel_inputs, AttentionOps};
 use crate::backend::custom_op::queue_custom;
+use crate::backend::has_kernels;
 
 /// Which pass one queued operation runs on the inner backend.
 #[derive(Clone, Copy, Debug)]
 enum Pass {
-    Forward,
-    Backward,
+    Forward { causal: bool },
+    Backward { causal: bool },
+    BlockSoftmax { diagonal: Option<usize> },
+    BlockSoftmaxGrad { diagonal: Option<usize> },
 }
 
 #[derive(Debug)]
 struct QueuedAttention<B> {
     desc: CustomOpIr,
     pass: Pass,
-    causal: bool,
     _backend: PhantomData<B>,
 }
 
 impl<B: FusionBackend + AttentionOps> Operation<B::FusionRuntime> for QueuedAttention<B> {
     fn execute(&self, handles: &mut HandleContainer<<B::FusionRuntime as FusionRuntime>::FusionHandle>) {
         match self.pass {
-            Pass::Forward => {
+            Pass::Forward { causal } => {
                 let ([query, key, value], [output, lse]) = self.desc.as_fixed();
                 let (out, row_lse) = B::lean_attention_forward(
                     handles.get_float_tensor::<B>(query),
                     handles.get_float_tensor::<B>(key),
                     handles.get_float_tensor::<B>(value),
-                    self.causal,
+                    causal,
                 );
                 handles.register_float_tensor::<B>(&output.id, out);
                 handles.register_float_tensor::<B>(&lse.id, row_lse);
             }
-            Pass::Backward => {
+            Pass::Backward { causal } => {
                 let ([query, key, value, output, lse, grad], outputs) = self.desc.as_fixed::<6, 3>();
                 let gradients = B::lean_attention_backward(
                     handles.get_float_tensor::<B>(query),
@@ -52,11 +55,29 @@ impl<B: FusionBackend + AttentionOps> Operation<B::FusionRuntime> for QueuedAtte
                     handles.get_float_tensor::<B>(output),
                     handles.get_float_tensor::<B>(lse),
                     handles.get_float_tensor::<B>(grad),
-                    self.causal,
+                    causal,
                 );
                 for (ir, gradient) in outputs.iter().zip(gradients) {
                     handles.register_float_tensor::<B>(&ir.id, gradient);
                 }
+            }
+            Pass::BlockSoftmax { diagonal } => {
+                let ([scores], [probabilities, lse]) = self.desc.as_fixed();
+                let (p, row_lse) = B::lean_attention_block_softmax(handles.get_float_tensor::<B>(scores), diagonal);
+                handles.register_float_tensor::<B>(&probabilities.id, p);
+                handles.register_float_tensor::<B>(&lse.id, row_lse);
+            }
+            Pass::BlockSoftmaxGrad { diagonal } => {
+                let ([scores, lse, delta, grad_probabilities], [probabilities, grad_scores]) = self.desc.as_fixed();
+                let (p, ds) = B::lean_attention_block_softmax_grad(
+                    handles.get_float_tensor::<B>(scores),
+                    handles.get_float_tensor::<B>(lse),
+                    handles.get_float_tensor::<B>(delta),
+                    handles.get_float_tensor::<B>(grad_probabilities),
+                    diagonal,
+                );
+                handles.register_float_tensor::<B>(&probabilities.id, p);
+                handles.register_float_tensor::<B>(&grad_scores.id, ds);
             }
         }
     }
@@ -68,14 +89,8 @@ fn queue<B: FusionBackend + AttentionOps, const N: usize>(
     name: &'static str,
     inputs: Vec<FloatTensor<Fusion<B>>>,
     outputs: [(Shape, DType); N],
-    causal: bool,
 ) -> [FloatTensor<Fusion<B>>; N] {
-    queue_custom::<B, _, N>(name, inputs, outputs, |desc| QueuedAttention::<B> {
-        desc,
-        pass,
-        causal,
-        _backend: PhantomData,
-    })
+    queue_custom::<B, _, N>(name, inputs, outputs, |desc| QueuedAttention::<B> { desc, pass, _backend: PhantomData })
 }
 
 /// Whether the inner backend runs its kernels for these inputs.
@@ -101,8 +116,8 @@ impl<B: FusionBackend + AttentionOps> AttentionOps for Fusion<B> {
         }
         let [batch, heads, rows, _] = query.shape.dims::<4>();
         let outputs = [(query.shape.clone(), query.dtype), (Shape::new([batch * heads, rows]), DType::F32)];
-        let [output, lse] =
-            queue::<B, 2>(Pass::Forward, "leanburn_attention_forward", vec![query, key, value], outputs, causal);
+        let inputs = vec![query, key, value];
+        let [output, lse] = queue::<B, 2>(Pass::Forward { causal }, "leanburn_attention_forward", inputs, outputs);
         (output, lse)
     }
 
@@ -121,7 +136,39 @@ impl<B: FusionBackend + AttentionOps> AttentionOps for Fusion<B> {
         }
         let outputs = [&query, &key, &value].map(|t| (t.shape.clone(), t.dtype));
         let inputs = vec![query, key, value, output, lse, grad];
-        queue::<B, 3>(Pass::Backward, "leanburn_attention_backward", inputs, outputs, causal)
+        queue::<B, 3>(Pass::Backward { causal }, "leanburn_attention_backward", inputs, outputs)
+    }
+
+    fn lean_attention_block_softmax(
+        scores: FloatTensor<Self>,
+        diagonal: Option<usize>,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>) {
+        if !has_kernels(scores.dtype) {
+            return blocked::composed_softmax::<Self>(scores, diagonal);
+        }
+        let [batch, heads, rows, _] = scores.shape.dims::<4>();
+        let outputs = [(scores.shape.clone(), scores.dtype), (Shape::new([batch, heads, rows, 1]), DType::F32)];
+        let pass = Pass::BlockSoftmax { diagonal };
+        let [probabilities, lse] = queue::<B, 2>(pass, "leanburn_attention_block_softmax", vec![scores], outputs);
+        (probabilities, lse)
+    }
+
+    fn lean_attention_block_softmax_grad(
+        scores: FloatTensor<Self>,
+        lse: FloatTensor<Self>,
+        delta: FloatTensor<Self>,
+        grad_probabilities: FloatTensor<Self>,
+        diagonal: Option<usize>,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>) {
+        if !has_kernels(scores.dtype) {
+            return blocked::composed_softmax_grad::<Self>(scores, lse, delta, grad_probabilities, diagonal);
+        }
+        let output = (scores.shape.clone(), scores.dtype);
+        let pass = Pass::BlockSoftmaxGrad { diagonal };
+        let inputs = vec![scores, lse, delta, grad_probabilities];
+        let [probabilities, grad_scores] =
+            queue::<B, 2>(pass, "leanburn_attention_block_softmax_grad", inputs, [output.clone(), output]);
+        (probabilities, grad_scores)
     }
 
     fn fused_attention(dtype: DType, head_dim: usize) -> bool {

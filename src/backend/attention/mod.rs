@@ -11,8 +11,10 @@
 //! are leanburn's fused kernels (`leanburn-kernels`' `attention`: one kernel forward, two
 //! backward, for f32, f16 and bf16 and head dimensions that are multiples of 4 up to 256);
 //! elsewhere, and for other shapes, they are composed of Burn tensor ops one block of query
-//! rows at a time, within [`attention_workspace`] ([`blocked`]). On `Lean<B>` those blocks
-//! run on `Lean`'s own ops, so their products are its GEMMs (cuBLASLt on CUDA), and
+//! rows at a time, within [`attention_workspace`] ([`blocked`]), each block's softmax
+//! between its products one op ([`AttentionOps::lean_attention_block_softmax`] and its
+//! backward: a kernel each on the CubeCL backends). On `Lean<B>` those blocks run on
+//! `Lean`'s own ops, so their products are its GEMMs (cuBLASLt on CUDA), and
 //! [`AttentionPath::Gemm`] takes them even where `B` has kernels. On a backend without
 //! autodiff `lean_attention` is Burn's own `attention` (flash where the backend has it).
 //!
@@ -100,6 +102,33 @@ pub trait AttentionOps: Backend {
         blocked::backward_within_workspace::<Self>(query, key, value, output, lse, grad, causal)
     }
 
+    /// One block of the attention in blocks ([`AttentionPath::Gemm`], and every backend
+    /// without kernels) between its two forward products: the block's scores `[batch,
+    /// heads, rows, keys]` (scaled, unmasked) → the probabilities (the scores' type) and each
+    /// row's log-sum-exp `[batch, heads, rows, 1]` (f32). `diagonal`: causal, row `i` of the
+    /// block sees keys `0 ..= i + diagonal` (the others' probabilities are 0); `None`: every
+    /// key. By default Burn ops, the softmax in f32; one kernel on the CubeCL backends.
+    fn lean_attention_block_softmax(
+        scores: FloatTensor<Self>,
+        diagonal: Option<usize>,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>) {
+        blocked::composed_softmax::<Self>(scores, diagonal)
+    }
+
+    /// The same block in the backward pass: from its scores, its rows' log-sum-exp and
+    /// `Δ = Σ dO ∘ O` (`[batch, heads, rows, 1]`, f32) and the probabilities' gradient
+    /// `dP = dO·Vᵀ`: the probabilities and the scores' gradient `P ∘ (dP − Δ)`, both in the
+    /// scores' type. By default Burn ops in f32; one kernel on the CubeCL backends.
+    fn lean_attention_block_softmax_grad(
+        scores: FloatTensor<Self>,
+        lse: FloatTensor<Self>,
+        delta: FloatTensor<Self>,
+        grad_probabilities: FloatTensor<Self>,
+        diagonal: Option<usize>,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>) {
+        blocked::composed_softmax_grad::<Self>(scores, lse, delta, grad_probabilities, diagonal)
+    }
+
     /// Whether [`lean_attention_forward`](Self::lean_attention_forward) and
     /// [`lean_attention_backward`](Self::lean_attention_backward) run leanburn's fused
     /// kernels for inputs of `dtype` and `head_dim` (and so write the log-sum-exp as
@@ -174,6 +203,23 @@ impl<B: ChunkedConv + AttentionOps> AttentionOps for Lean<B> {
             return B::lean_attention_backward(query, key, value, output, lse, grad, causal);
         }
         blocked::backward_within_workspace::<Self>(query, key, value, output, lse, grad, causal)
+    }
+
+    fn lean_attention_block_softmax(
+        scores: FloatTensor<Self>,
+        diagonal: Option<usize>,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>) {
+        B::lean_attention_block_softmax(scores, diagonal)
+    }
+
+    fn lean_attention_block_softmax_grad(
+        scores: FloatTensor<Self>,
+        lse: FloatTensor<Self>,
+        delta: FloatTensor<Self>,
+        grad_probabilities: FloatTensor<Self>,
+        diagonal: Option<usize>,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>) {
+        B::lean_attention_block_softmax_grad(scores, lse, delta, grad_probabilities, diagonal)
     }
 
     fn fused_attention(dtype: DType, head_dim: usize) -> bool {

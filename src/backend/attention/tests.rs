@@ -311,3 +311,87 @@ fn half_precision_blocks_keep_their_statistics_in_f32() {
         }
     }
 }
+
+/// `tensor`'s values on Flex.
+fn on_flex<B: Backend>(tensor: &Tensor<B, 4>) -> Tensor<Flex, 4> {
+    Tensor::from_data(tensor.to_data().convert::<f32>(), &Default::default())
+}
+
+/// The blocks on wgpu, each block's softmax in the block softmax kernels (on the unfused
+/// stack, and through the fused stack's custom operations), against Burn's attention on
+/// Flex over the same inputs: output and gradients, several blocks per case.
+#[test]
+fn blocks_on_wgpu_take_the_softmax_kernels_and_match_burns() {
+    fn check<B: AttentionOps>(seed: u64) {
+        for case in cases(seed, 3) {
+            let input = inputs::<Flex>(case, &Default::default());
+            let reference = run(case, &input, true);
+            let [query, key, value, weight] =
+                input.map(|t| Tensor::<B, 4>::from_data(t.into_data(), &Default::default()));
+            let blocks = blocked::blocks(case.queries, case.keys, case.causal, case.scores, case.granule);
+            let (output, lse) = blocked::forward(query.clone(), key.clone(), value.clone(), case.causal, &blocks);
+            let (grad_query, grad_key, grad_value) =
+                blocked::backward(query, key, value, output.clone(), lse, weight, case.causal, &blocks);
+            let ours = [output, grad_query, grad_key, grad_value].map(|t| on_flex(&t));
+            for (name, (a, b)) in NAMES.iter().zip(ours.iter().zip(&reference)) {
+                let blocks = blocks.len();
+                assert!(excess(a, b) <= 0.0, "{name} of {case:?} in {blocks} blocks off by {}", excess(a, b));
+            }
+        }
+    }
+    check::<crate::device::CubeWgpu>(9);
+    check::<burn::backend::Wgpu>(10);
+}
+
+/// Random `[2, 3, rows, keys]` scores on `B` and a causal diagonal.
+fn block_scores<B: Backend>(rows: usize, keys: usize) -> Tensor<B, 4> {
+    let values: Vec<f32> = (0..6 * rows * keys).map(|i| ((i * 7919) % 1013) as f32 / 101.3 - 5.0).collect();
+    Tensor::from_data(burn::tensor::TensorData::new(values, [2, 3, rows, keys]), &Default::default())
+}
+
+/// Largest |a − b| between two tensors' values, and whether any value differs at all.
+fn difference(a: &Tensor<Flex, 4>, b: &Tensor<Flex, 4>) -> (f32, bool) {
+    let (a, b) = (a.to_data().to_vec::<f32>().unwrap(), b.to_data().to_vec::<f32>().unwrap());
+    let worst = a.iter().zip(&b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max);
+    (worst, a.iter().zip(&b).any(|(x, y)| x.to_bits() != y.to_bits()))
+}
+
+/// The block softmax ops on wgpu are the kernels, not the composed default: their results
+/// differ from the composed ops' on the same backend in the last bits and agree within
+/// 1e-6. The control: on Flex the op is the composed default, bit for bit.
+#[test]
+fn the_block_softmax_ops_run_the_kernels_on_wgpu() {
+    fn compare<B: AttentionOps>() -> [(f32, bool); 4] {
+        let (scores, diagonal) = (block_scores::<B>(7, 40), Some(20));
+        let primitive = |t: &Tensor<B, 4>| t.clone().into_primitive().tensor();
+        let float = |p| on_flex(&Tensor::<B, 4>::from_primitive(burn::tensor::TensorPrimitive::Float(p)));
+        let (p, lse) = B::lean_attention_block_softmax(primitive(&scores), diagonal);
+        let (composed_p, composed_lse) = blocked::composed_softmax::<B>(primitive(&scores), diagonal);
+        let delta = Tensor::<B, 4>::from_data(float(lse.clone()).mul_scalar(0.01).into_data(), &Default::default());
+        let dp = block_scores::<B>(7, 40).mul_scalar(0.1);
+        let (gp, ds) = B::lean_attention_block_softmax_grad(
+            primitive(&scores),
+            lse.clone(),
+            primitive(&delta),
+            primitive(&dp),
+            diagonal,
+        );
+        let (composed_gp, composed_ds) = blocked::composed_softmax_grad::<B>(
+            primitive(&scores),
+            lse.clone(),
+            primitive(&delta),
+            primitive(&dp),
+            diagonal,
+        );
+        [(p, composed_p), (lse, composed_lse), (gp, composed_gp), (ds, composed_ds)]
+            .map(|(ours, composed)| difference(&float(ours), &float(composed)))
+    }
+    for (backend, differences) in
+        [("CubeWgpu", compare::<crate::device::CubeWgpu>()), ("Wgpu", compare::<burn::backend::Wgpu>())]
+    {
+        assert!(differences.iter().all(|&(worst, _)| worst <= 1e-6), "{backend}: {differences:?}");
+        assert!(differences.iter().any(|&(_, differs)| differs), "{backend}: the composed ops ran: {differences:?}");
+    }
+    let flex = compare::<Flex>();
+    assert!(flex.iter().all(|&(worst, differs)| worst == 0.0 && !differs), "Flex: {flex:?}");
+}

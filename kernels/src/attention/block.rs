@@ -1,0 +1,211 @@
+//! The softmax of attention computed in blocks of query rows on GEMMs (leanburn's
+//! `AttentionPath::Gemm`): between a block's products, its scores `[batch, heads, rows,
+//! keys]` become probabilities and each row's log-sum-exp in one kernel (forward), and the
+//! backward's probabilities and score gradients in one more, where Burn's ops make a pass
+//! (or a fused kernel) for the mask, the maximum, the exponentials, the sum and the casts.
+//!
+//! Causal blocks: row `i` of the block sees keys `0 ..= i + diagonal`; the keys past it
+//! are 0 in the probabilities and in the gradient. f32 arithmetic whatever the element
+//! type; the row statistics (log-sum-exp, `Δ = Σ dO ∘ O`) are f32 `[batch, heads, rows,
+//! 1]` tensors read and written by their strides (a block's rows of the whole sequence's
+//! statistics need no copy).
+
+use cubecl::prelude::*;
+use cubecl::CubeDim;
+
+use crate::reduce::{cube_max, cube_row, cube_sum, row_cubes};
+
+/// Units per cube of the forward kernel: one cube per score row.
+pub const SCORE_ROW_UNITS: usize = 64;
+
+/// Units per cube of the backward kernel, one unit per score.
+const SCORE_UNITS: usize = 256;
+
+/// One block's scores: `batch · heads · rows` rows of `keys` scores, contiguous.
+#[derive(CubeLaunch, CubeType)]
+pub struct ScoreBlock {
+    /// Heads (a score row `r` is row `r % rows` of batch-head `r / rows`).
+    pub heads: usize,
+    /// Query rows of the block per batch-head.
+    pub rows: usize,
+    /// Scores per row.
+    pub keys: usize,
+    /// `batch · heads · rows`.
+    pub count: usize,
+    /// Causal: row `i` sees keys `0 ..= i + diagonal`.
+    pub diagonal: usize,
+}
+
+/// The keys score row `r` sees: all of them, or, causal, those up to its diagonal.
+#[cube]
+fn visible_keys(r: usize, block: &ScoreBlock, #[comptime] causal: bool) -> usize {
+    let mut keys = block.keys;
+    if causal {
+        keys = min(r % block.rows + block.diagonal + 1, block.keys);
+    }
+    keys
+}
+
+/// Where score row `r`'s statistic sits in `stat` (`[batch, heads, rows, 1]`, any strides).
+#[cube]
+fn stat_at(stat: &Tensor<f32>, r: usize, block: &ScoreBlock) -> usize {
+    let bh = r / block.rows;
+    (bh / block.heads) * stat.stride(0) + (bh % block.heads) * stat.stride(1) + (r % block.rows) * stat.stride(2)
+}
+
+/// One cube per score row: its maximum and the sum of its exponentials shifted by it
+/// (a running pair per unit, one read), combined in shared memory into the log-sum-exp,
+/// written to `lse`; then `probabilities = exp(score − lse)` (0 past the diagonal).
+#[cube(launch_unchecked)]
+pub fn attention_block_softmax_kernel<F: Float>(
+    scores: &Tensor<F>,
+    probabilities: &mut Tensor<F>,
+    lse: &mut Tensor<f32>,
+    block: &ScoreBlock,
+    #[comptime] causal: bool,
+) {
+    let (r, active) = cube_row(block.count);
+    if !active {
+        terminate!();
+    }
+    let visible = visible_keys(r, block, causal);
+    let base = r * block.keys;
+    let unit = UNIT_POS_X as usize;
+    // Key 0 is seen by every row: the running maximum starts there, nothing summed (a
+    // unit with no key of its own adds nothing).
+    let mut largest = f32::cast_from(scores[base]);
+    let mut sum = 0.0f32;
+    let mut j = unit;
+    while j < visible {
+        let s = f32::cast_from(scores[base + j]);
+        if s > largest {
+            sum = sum * (largest - s).exp() + 1.0f32;
+            largest = s;
+        } else {
+            sum += (s - largest).exp();
+        }
+        j += SCORE_ROW_UNITS;
+    }
+    let row_max = cube_max(largest, SCORE_ROW_UNITS);
+    let row_lse = row_max + cube_sum(sum * (largest - row_max).exp(), SCORE_ROW_UNITS).ln();
+    if unit == 0 {
+        lse[stat_at(lse, r, block)] = row_lse;
+    }
+    j = unit;
+    while j < block.keys {
+        let mut p = 0.0f32;
+        if j < visible {
+            p = (f32::cast_from(scores[base + j]) - row_lse).exp();
+        }
+        probabilities[base + j] = F::cast_from(p);
+        j += SCORE_ROW_UNITS;
+    }
+}
+
+/// One unit per score: `p = exp(score − lse)` and `dS = p · (dP − Δ)` (both 0 past the
+/// diagonal), from the row's log-sum-exp and `Δ`.
+#[cube(launch_unchecked)]
+#[allow(clippy::too_many_arguments)]
+pub fn attention_block_softmax_grad_kernel<F: Float>(
+    scores: &Tensor<F>,
+    grad_probabilities: &Tensor<F>,
+    lse: &Tensor<f32>,
+    delta: &Tensor<f32>,
+    probabilities: &mut Tensor<F>,
+    grad_scores: &mut Tensor<F>,
+    block: &ScoreBlock,
+    #[comptime] causal: bool,
+) {
+    let cube = CUBE_POS_Y as usize * CUBE_COUNT_X as usize + CUBE_POS_X as usize;
+    let index = cube * SCORE_UNITS + UNIT_POS_X as usize;
+    if index >= block.count * block.keys {
+        terminate!();
+    }
+    let r = index / block.keys;
+    let mut p = 0.0f32;
+    let mut ds = 0.0f32;
+    if index % block.keys < visible_keys(r, block, causal) {
+        p = (f32::cast_from(scores[index]) - lse[stat_at(lse, r, block)]).exp();
+        ds = p * (f32::cast_from(grad_probabilities[index]) - delta[stat_at(delta, r, block)]);
+    }
+    probabilities[index] = F::cast_from(p);
+    grad_scores[index] = F::cast_from(ds);
+}
+
+/// A block's sizes and mask: `[batch · heads, heads, rows, keys]` and, causal, the
+/// diagonal (`None`: every row sees every key).
+#[derive(Clone, Copy, Debug)]
+pub struct BlockDims {
+    pub batch_heads: usize,
+    pub heads: usize,
+    pub rows: usize,
+    pub keys: usize,
+    pub diagonal: Option<usize>,
+}
+
+impl BlockDims {
+    fn count(&self) -> usize {
+        self.batch_heads * self.rows
+    }
+
+    fn launch<R: Runtime>(&self) -> ScoreBlockLaunch<R> {
+        ScoreBlockLaunch::new(self.heads, self.rows, self.keys, self.count(), self.diagonal.unwrap_or(0))
+    }
+}
+
+/// Runs [`attention_block_softmax_kernel`]: `probabilities` and `lse` from `scores`.
+///
+/// # Safety
+/// `scores` and `probabilities` contiguous `[batch, heads, rows, keys]` of `F`, `lse`
+/// `[batch, heads, rows, 1]` f32 (any strides inside its buffer), `rows` and `keys` at
+/// least 1.
+pub unsafe fn launch_attention_block_softmax<R: Runtime, F: Float + CubeElement>(
+    client: &ComputeClient<R>,
+    scores: TensorArg<R>,
+    probabilities: TensorArg<R>,
+    lse: TensorArg<R>,
+    dims: BlockDims,
+) {
+    attention_block_softmax_kernel::launch_unchecked::<F, R>(
+        client,
+        row_cubes(dims.count()),
+        CubeDim::new_1d(SCORE_ROW_UNITS as u32),
+        scores,
+        probabilities,
+        lse,
+        dims.launch(),
+        dims.diagonal.is_some(),
+    );
+}
+
+/// Runs [`attention_block_softmax_grad_kernel`]: `probabilities` and `grad_scores` from
+/// `scores`, `grad_probabilities`, `lse` and `delta`.
+///
+/// # Safety
+/// As [`launch_attention_block_softmax`]; `grad_probabilities` and `grad_scores`
+/// contiguous `[batch, heads, rows, keys]` of `F`, `delta` as `lse`.
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn launch_attention_block_softmax_grad<R: Runtime, F: Float + CubeElement>(
+    client: &ComputeClient<R>,
+    scores: TensorArg<R>,
+    grad_probabilities: TensorArg<R>,
+    lse: TensorArg<R>,
+    delta: TensorArg<R>,
+    probabilities: TensorArg<R>,
+    grad_scores: TensorArg<R>,
+    dims: BlockDims,
+) {
+    attention_block_softmax_grad_kernel::launch_unchecked::<F, R>(
+        client,
+        row_cubes((dims.count() * dims.keys).div_ceil(SCORE_UNITS)),
+        CubeDim::new_1d(SCORE_UNITS as u32),
+        scores,
+        grad_probabilities,
+        lse,
+        delta,
+        probabilities,
+        grad_scores,
+        dims.launch(),
+        dims.diagonal.is_some(),
+    );
+}

@@ -1,0 +1,245 @@
+//! The block softmax kernels (attention in blocks on GEMMs) against their f64 reference on
+//! a real runtime (wgpu; llvmpipe in CI): randomized blocks (rows of fewer and more keys
+//! than the forward cube's 64 units, one of GPT-2's 1,024 keys), causal diagonals and
+//! none, scores spread wide enough that an unshifted exponential would overflow, row
+//! statistics read from a longer sequence's tensor by their strides, f32 and f16 scores
+//! (f32 arithmetic). Controls: a diagonal one key off and a dropped log-sum-exp are caught.
+
+mod common;
+
+use common::Element;
+use cubecl::prelude::*;
+use cubecl::wgpu::{WgpuDevice, WgpuRuntime};
+
+use leanburn_kernels::reference::{block_softmax, block_softmax_grad};
+use leanburn_kernels::{launch_attention_block_softmax, launch_attention_block_softmax_grad, BlockDims};
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+
+/// f32: |got − want| ≤ tolerance · (1 + |want|) for probabilities, score gradients and
+/// log-sum-exps (one f32 exponential of a shifted score, sums over at most 1,024 keys;
+/// seen: 8.6e-7, on scores spread over ±60).
+const F32_TOLERANCE: f64 = 2e-6;
+/// f16 scores and outputs: the outputs' own rounding (2⁻¹¹ relative) dominates (seen:
+/// 1.7e-4).
+const F16_TOLERANCE: f64 = 5e-4;
+
+/// Rows of the sequence the statistics tensor holds past the block's: its row stride is
+/// not the block's row count.
+const MORE_ROWS: usize = 3;
+
+#[derive(Clone, Copy, Debug)]
+struct Case {
+    batch: usize,
+    heads: usize,
+    rows: usize,
+    keys: usize,
+    diagonal: Option<usize>,
+    spread: f32,
+}
+
+impl Case {
+    fn dims(&self) -> BlockDims {
+        let Case { batch, heads, rows, keys, diagonal, .. } = *self;
+        BlockDims { batch_heads: batch * heads, heads, rows, keys, diagonal }
+    }
+
+    fn scores(&self) -> usize {
+        self.batch * self.heads * self.rows * self.keys
+    }
+
+    fn score_rows(&self) -> usize {
+        self.batch * self.heads * self.rows
+    }
+}
+
+fn cases() -> Vec<Case> {
+    let mut rng = SmallRng::seed_from_u64(0xb10c);
+    let mut cases: Vec<Case> = (0..10)
+        .map(|i| {
+            let rows = rng.random_range(1..=40);
+            let keys = rng.random_range(1..=300);
+            Case {
+                batch: rng.random_range(1..=2),
+                heads: rng.random_range(1..=3),
+                rows,
+                keys,
+                diagonal: (i % 2 == 0).then(|| rng.random_range(0..keys)),
+                spread: if i % 3 == 0 { 60.0 } else { 6.0 },
+            }
+        })
+        .collect();
+    // GPT-2's last block of 16 rows over 1,024 keys, and a block of one key.
+    cases.push(Case { batch: 1, heads: 2, rows: 16, keys: 1024, diagonal: Some(1008), spread: 6.0 });
+    cases.push(Case { batch: 2, heads: 1, rows: 3, keys: 1, diagonal: Some(0), spread: 6.0 });
+    cases
+}
+
+/// `[batch, heads, rows + MORE_ROWS, 1]` statistics holding `values` (one per score row)
+/// in their first `rows` rows, as a handle and the strides of that layout.
+fn statistics(case: Case, values: &[f32]) -> (Vec<f32>, Vec<usize>) {
+    let total = case.rows + MORE_ROWS;
+    let mut stats = vec![f32::NAN; case.batch * case.heads * total];
+    for (r, &value) in values.iter().enumerate() {
+        stats[(r / case.rows) * total + r % case.rows] = value;
+    }
+    (stats, vec![case.heads * total, total, 1, 1])
+}
+
+/// What the kernels wrote, widened to f32.
+struct Got {
+    first: Vec<f32>,
+    second: Vec<f32>,
+}
+
+fn contiguous(case: Case, last: usize) -> (Vec<usize>, Vec<usize>) {
+    let shape = vec![case.batch, case.heads, case.rows, last];
+    let strides = vec![case.heads * case.rows * last, case.rows * last, last, 1];
+    (shape, strides)
+}
+
+/// The forward kernel: the probabilities and the log-sum-exps (in score-row order).
+fn forward<E: Element>(client: &ComputeClient<WgpuRuntime>, case: Case, scores: &[f32]) -> Got {
+    let scores_handle = client.create_from_slice(E::as_bytes(&E::narrow(scores)));
+    let probabilities = client.empty(case.scores() * size_of::<E>());
+    let (stats, stat_strides) = statistics(case, &vec![f32::NAN; case.score_rows()]);
+    let lse = client.create_from_slice(f32::as_bytes(&stats));
+    let (shape, strides) = contiguous(case, case.keys);
+    // SAFETY: each handle holds the elements its shape and strides reach.
+    unsafe {
+        let arg = |h: &cubecl::server::Handle, shape: &[usize], strides: &[usize]| {
+            TensorArg::from_raw_parts(h.clone(), strides.to_vec().into(), shape.to_vec().into())
+        };
+        launch_attention_block_softmax::<WgpuRuntime, E>(
+            client,
+            arg(&scores_handle, &shape, &strides),
+            arg(&probabilities, &shape, &strides),
+            arg(&lse, &contiguous(case, 1).0, &stat_strides),
+            case.dims(),
+        );
+    }
+    let stats = f32::from_bytes(&client.read_one(lse).unwrap()).to_vec();
+    let total = case.rows + MORE_ROWS;
+    let lse = (0..case.score_rows()).map(|r| stats[(r / case.rows) * total + r % case.rows]).collect();
+    Got { first: E::widen(E::from_bytes(&client.read_one(probabilities).unwrap())), second: lse }
+}
+
+/// The backward kernel: the probabilities and the score gradients.
+fn backward<E: Element>(
+    client: &ComputeClient<WgpuRuntime>,
+    case: Case,
+    scores: &[f32],
+    grad_probabilities: &[f32],
+    lse: &[f32],
+    delta: &[f32],
+) -> Got {
+    let scores_handle = client.create_from_slice(E::as_bytes(&E::narrow(scores)));
+    let dp_handle = client.create_from_slice(E::as_bytes(&E::narrow(grad_probabilities)));
+    let (lse_stats, stat_strides) = statistics(case, lse);
+    let (delta_stats, _) = statistics(case, delta);
+    let lse_handle = client.create_from_slice(f32::as_bytes(&lse_stats));
+    let delta_handle = client.create_from_slice(f32::as_bytes(&delta_stats));
+    let probabilities = client.empty(case.scores() * size_of::<E>());
+    let grad_scores = client.empty(case.scores() * size_of::<E>());
+    let (shape, strides) = contiguous(case, case.keys);
+    let stat_shape = contiguous(case, 1).0;
+    // SAFETY: each handle holds the elements its shape and strides reach.
+    unsafe {
+        let arg = |h: &cubecl::server::Handle, shape: &[usize], strides: &[usize]| {
+            TensorArg::from_raw_parts(h.clone(), strides.to_vec().into(), shape.to_vec().into())
+        };
+        launch_attention_block_softmax_grad::<WgpuRuntime, E>(
+            client,
+            arg(&scores_handle, &shape, &strides),
+            arg(&dp_handle, &shape, &strides),
+            arg(&lse_handle, &stat_shape, &stat_strides),
+            arg(&delta_handle, &stat_shape, &stat_strides),
+            arg(&probabilities, &shape, &strides),
+            arg(&grad_scores, &shape, &strides),
+            case.dims(),
+        );
+    }
+    let read = |handle| E::widen(E::from_bytes(&client.read_one(handle).unwrap()));
+    Got { first: read(probabilities), second: read(grad_scores) }
+}
+
+/// The largest |got − want| / (1 + |want|).
+fn error(got: &[f32], want: &[f64]) -> f64 {
+    assert_eq!(got.len(), want.len());
+    got.iter().zip(want).map(|(&g, &w)| (f64::from(g) - w).abs() / (1.0 + w.abs())).fold(0.0, f64::max)
+}
+
+fn random(rng: &mut SmallRng, len: usize, spread: f32) -> Vec<f32> {
+    (0..len).map(|_| rng.random_range(-spread..spread)).collect()
+}
+
+/// Both kernels on `case` against the references: the largest error of the forward's
+/// probabilities and log-sum-exps and of the backward's probabilities and gradients.
+fn errors<E: Element>(
+    client: &ComputeClient<WgpuRuntime>,
+    case: Case,
+    kernel_case: Case,
+    rng: &mut SmallRng,
+) -> [f64; 4] {
+    let scores = E::widen(&E::narrow(&random(rng, case.scores(), case.spread)));
+    let (want_p, want_lse) = block_softmax(&scores, case.rows, case.keys, case.diagonal);
+    let got = forward::<E>(client, kernel_case, &scores);
+    let lse: Vec<f32> = want_lse.iter().map(|&l| l as f32).collect();
+    let grad_probabilities = E::widen(&E::narrow(&random(rng, case.scores(), 1.0)));
+    let delta = random(rng, case.score_rows(), 1.0);
+    let (grad_p, grad_s) =
+        block_softmax_grad(&scores, &grad_probabilities, &lse, &delta, (case.rows, case.keys), case.diagonal);
+    let grad = backward::<E>(client, kernel_case, &scores, &grad_probabilities, &lse, &delta);
+    [
+        error(&got.first, &want_p),
+        error(&got.second, &want_lse),
+        error(&grad.first, &grad_p),
+        error(&grad.second, &grad_s),
+    ]
+}
+
+fn check<E: Element>(tolerance: f64) {
+    let client = WgpuRuntime::client(&WgpuDevice::default());
+    let mut rng = SmallRng::seed_from_u64(7);
+    for case in cases() {
+        let errors = errors::<E>(&client, case, case, &mut rng);
+        let names = ["probabilities", "log-sum-exp", "backward probabilities", "score gradients"];
+        for (name, error) in names.iter().zip(errors) {
+            assert!(error <= tolerance, "{case:?}: {name} off by {error:.2e} (tolerance {tolerance:.0e})");
+        }
+    }
+}
+
+#[test]
+fn f32_block_softmax_matches_the_reference() {
+    check::<f32>(F32_TOLERANCE);
+}
+
+#[test]
+fn f16_block_softmax_matches_the_reference() {
+    check::<half::f16>(F16_TOLERANCE);
+}
+
+/// The controls: the kernels run with the diagonal one key further, or the backward with
+/// every log-sum-exp 0, miss the reference by far more than the tolerance.
+#[test]
+fn a_wrong_diagonal_or_a_dropped_log_sum_exp_is_caught() {
+    let client = WgpuRuntime::client(&WgpuDevice::default());
+    let case = Case { batch: 1, heads: 2, rows: 5, keys: 40, diagonal: Some(20), spread: 6.0 };
+    let right = errors::<f32>(&client, case, case, &mut SmallRng::seed_from_u64(3));
+    assert!(right.iter().all(|&e| e <= F32_TOLERANCE), "the same inputs must match: {right:?}");
+    let shifted = Case { diagonal: Some(21), ..case };
+    let wrong = errors::<f32>(&client, case, shifted, &mut SmallRng::seed_from_u64(3));
+    assert!(wrong.iter().all(|&e| e > 100.0 * F32_TOLERANCE), "a wrong diagonal went unnoticed: {wrong:?}");
+
+    let mut rng = SmallRng::seed_from_u64(4);
+    let scores = random(&mut rng, case.scores(), 6.0);
+    let grad_probabilities = random(&mut rng, case.scores(), 1.0);
+    let delta = random(&mut rng, case.score_rows(), 1.0);
+    let (_, lse) = block_softmax(&scores, case.rows, case.keys, case.diagonal);
+    let lse: Vec<f32> = lse.iter().map(|&l| l as f32).collect();
+    let (want_p, _) =
+        block_softmax_grad(&scores, &grad_probabilities, &lse, &delta, (case.rows, case.keys), case.diagonal);
+    let dropped = backward::<f32>(&client, case, &scores, &grad_probabilities, &vec![0.0; lse.len()], &delta);
+    assert!(error(&dropped.first, &want_p) > 100.0 * F32_TOLERANCE, "a dropped log-sum-exp went unnoticed");
+}
