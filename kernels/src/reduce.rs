@@ -42,6 +42,34 @@ fn cube_reduce(value: f32, #[comptime] units: usize, #[comptime] largest: bool) 
     result
 }
 
+/// A softmax row's maximum and sum of exponentials over the cube's units, each unit holding
+/// its share's `largest` value and `sum` of `exp(x − largest)`: the row's maximum and
+/// `Σ sum · exp(largest − maximum)`, combined pairwise in one halving pass (half the
+/// barriers of a maximum and then a sum); every unit gets both.
+#[cube]
+pub(crate) fn cube_max_sum(largest: f32, sum: f32, #[comptime] units: usize) -> (f32, f32) {
+    let mut maxima = SharedMemory::<f32>::new(units);
+    let mut sums = SharedMemory::<f32>::new(units);
+    let unit = UNIT_POS_X as usize;
+    maxima[unit] = largest;
+    sums[unit] = sum;
+    sync_cube();
+    let mut half = CUBE_DIM_X as usize / 2;
+    while half > 0 {
+        if unit < half {
+            let (mine, other) = (maxima[unit], maxima[unit + half]);
+            let both = max(mine, other);
+            sums[unit] = sums[unit] * (mine - both).exp() + sums[unit + half] * (other - both).exp();
+            maxima[unit] = both;
+        }
+        sync_cube();
+        half /= 2;
+    }
+    let result = (maxima[0], sums[0]);
+    sync_cube();
+    result
+}
+
 /// The row this cube works on (the grid may be two-dimensional), and whether it is one.
 #[cube]
 pub(crate) fn cube_row(rows: usize) -> (usize, bool) {

@@ -71,6 +71,7 @@ pub(crate) fn contiguous_of<R: burn_cubecl::CubeRuntime>(
 mod attention;
 mod budget;
 mod conv;
+mod cpu_rows;
 mod custom_op;
 mod gelu;
 pub(crate) mod gemm;

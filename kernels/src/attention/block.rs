@@ -13,13 +13,10 @@
 use cubecl::prelude::*;
 use cubecl::CubeDim;
 
-use crate::reduce::{cube_max, cube_row, cube_sum, row_cubes};
+use crate::reduce::{cube_max_sum, cube_row, row_cubes};
 
-/// Units per cube of the forward kernel: one cube per score row.
+/// Units per cube of both kernels: one cube per score row.
 pub const SCORE_ROW_UNITS: usize = 64;
-
-/// Units per cube of the backward kernel, one unit per score.
-const SCORE_UNITS: usize = 256;
 
 /// One block's scores: `batch · heads · rows` rows of `keys` scores, contiguous.
 #[derive(CubeLaunch, CubeType)]
@@ -54,7 +51,8 @@ fn stat_at(stat: &Tensor<f32>, r: usize, block: &ScoreBlock) -> usize {
 }
 
 /// One cube per score row: its maximum and the sum of its exponentials shifted by it
-/// (a running pair per unit, one read), combined in shared memory into the log-sum-exp,
+/// (a running pair per unit, one read), combined pairwise in shared memory into the
+/// log-sum-exp,
 /// written to `lse`; then `probabilities = exp(score − lse)` (0 past the diagonal).
 #[cube(launch_unchecked)]
 pub fn attention_block_softmax_kernel<F: Float>(
@@ -86,8 +84,8 @@ pub fn attention_block_softmax_kernel<F: Float>(
         }
         j += SCORE_ROW_UNITS;
     }
-    let row_max = cube_max(largest, SCORE_ROW_UNITS);
-    let row_lse = row_max + cube_sum(sum * (largest - row_max).exp(), SCORE_ROW_UNITS).ln();
+    let (row_max, row_sum) = cube_max_sum(largest, sum, SCORE_ROW_UNITS);
+    let row_lse = row_max + row_sum.ln();
     if unit == 0 {
         lse[stat_at(lse, r, block)] = row_lse;
     }
@@ -102,8 +100,8 @@ pub fn attention_block_softmax_kernel<F: Float>(
     }
 }
 
-/// One unit per score: `p = exp(score − lse)` and `dS = p · (dP − Δ)` (both 0 past the
-/// diagonal), from the row's log-sum-exp and `Δ`.
+/// One cube per score row, as the forward: `p = exp(score − lse)` and `dS = p · (dP − Δ)`
+/// (both 0 past the diagonal), from the row's log-sum-exp and `Δ`, read once.
 #[cube(launch_unchecked)]
 #[allow(clippy::too_many_arguments)]
 pub fn attention_block_softmax_grad_kernel<F: Float>(
@@ -116,20 +114,26 @@ pub fn attention_block_softmax_grad_kernel<F: Float>(
     block: &ScoreBlock,
     #[comptime] causal: bool,
 ) {
-    let cube = CUBE_POS_Y as usize * CUBE_COUNT_X as usize + CUBE_POS_X as usize;
-    let index = cube * SCORE_UNITS + UNIT_POS_X as usize;
-    if index >= block.count * block.keys {
+    let (r, active) = cube_row(block.count);
+    if !active {
         terminate!();
     }
-    let r = index / block.keys;
-    let mut p = 0.0f32;
-    let mut ds = 0.0f32;
-    if index % block.keys < visible_keys(r, block, causal) {
-        p = (f32::cast_from(scores[index]) - lse[stat_at(lse, r, block)]).exp();
-        ds = p * (f32::cast_from(grad_probabilities[index]) - delta[stat_at(delta, r, block)]);
+    let visible = visible_keys(r, block, causal);
+    let base = r * block.keys;
+    let row_lse = lse[stat_at(lse, r, block)];
+    let row_delta = delta[stat_at(delta, r, block)];
+    let mut j = UNIT_POS_X as usize;
+    while j < block.keys {
+        let mut p = 0.0f32;
+        let mut ds = 0.0f32;
+        if j < visible {
+            p = (f32::cast_from(scores[base + j]) - row_lse).exp();
+            ds = p * (f32::cast_from(grad_probabilities[base + j]) - row_delta);
+        }
+        probabilities[base + j] = F::cast_from(p);
+        grad_scores[base + j] = F::cast_from(ds);
+        j += SCORE_ROW_UNITS;
     }
-    probabilities[index] = F::cast_from(p);
-    grad_scores[index] = F::cast_from(ds);
 }
 
 /// A block's sizes and mask: `[batch · heads, heads, rows, keys]` and, causal, the
@@ -197,8 +201,8 @@ pub unsafe fn launch_attention_block_softmax_grad<R: Runtime, F: Float + CubeEle
 ) {
     attention_block_softmax_grad_kernel::launch_unchecked::<F, R>(
         client,
-        row_cubes((dims.count() * dims.keys).div_ceil(SCORE_UNITS)),
-        CubeDim::new_1d(SCORE_UNITS as u32),
+        row_cubes(dims.count()),
+        CubeDim::new_1d(SCORE_ROW_UNITS as u32),
         scores,
         grad_probabilities,
         lse,

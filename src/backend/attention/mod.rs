@@ -24,6 +24,7 @@
 mod autodiff;
 pub(crate) mod blocked;
 mod cube;
+mod flex;
 mod fused;
 mod path;
 
@@ -32,7 +33,7 @@ mod tests;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use burn::backend::{Flex, NdArray};
+use burn::backend::NdArray;
 use burn::tensor::ops::AttentionModuleOptions;
 use burn::tensor::{Tensor, TensorPrimitive};
 use burn_backend::tensor::FloatTensor;
@@ -151,8 +152,6 @@ pub(crate) fn kernel_inputs(dims: [[usize; 4]; 3], dtypes: [DType; 3], fused: bo
         && rows > 0
         && keys > 0
 }
-
-impl AttentionOps for Flex {}
 
 impl AttentionOps for NdArray {}
 

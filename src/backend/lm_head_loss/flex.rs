@@ -18,6 +18,7 @@ use burn_flex::FlexTensor;
 use rayon::prelude::*;
 
 use super::{chunks, composed, composed_token_losses, LmHeadLossOps};
+use crate::backend::cpu_rows::{exp_shifted_in_place, row_max};
 
 impl LmHeadLossOps for Flex {
     fn lm_head_loss_grads(
@@ -265,11 +266,6 @@ fn row_avx2(row: &mut [f32], target: usize, scale: Option<f32>) -> f64 {
     softmax_gradient_row(row, target, scale)
 }
 
-/// Lanes of the partial maxima and sums (one AVX-512 register of f32).
-const LANES: usize = 16;
-/// Elements whose exponentials are summed in f32 before the sum joins the f64 total.
-const BLOCK: usize = 2048;
-
 /// Returns `log Σ exp(z − max) − (z_target − max)`, the cross-entropy of the row of logits
 /// `z`; with a `scale`, `row` becomes `scale · (softmax(z) − onehot(target))`.
 #[inline(always)]
@@ -285,60 +281,4 @@ fn softmax_gradient_row(row: &mut [f32], target: usize, scale: Option<f32>) -> f
         row[target] -= scale;
     }
     sum.ln() - f64::from(picked)
-}
-
-#[inline(always)]
-fn row_max(row: &[f32]) -> f32 {
-    let mut lanes = [f32::NEG_INFINITY; LANES];
-    let mut parts = row.chunks_exact(LANES);
-    for part in &mut parts {
-        for (max, &value) in lanes.iter_mut().zip(part) {
-            *max = if value > *max { value } else { *max };
-        }
-    }
-    parts.remainder().iter().chain(&lanes).fold(f32::NEG_INFINITY, |max, &value| if value > max { value } else { max })
-}
-
-/// `row[i] = exp(row[i] − max)`; returns their sum (in f32 within blocks, f64 across).
-#[inline(always)]
-fn exp_shifted_in_place(row: &mut [f32], max: f32) -> f64 {
-    let mut total = 0.0f64;
-    for block in row.chunks_mut(BLOCK) {
-        let mut lanes = [0.0f32; LANES];
-        let mut parts = block.chunks_exact_mut(LANES);
-        for part in &mut parts {
-            for (sum, value) in lanes.iter_mut().zip(part.iter_mut()) {
-                *value = exp(*value - max);
-                *sum += *value;
-            }
-        }
-        let mut sum = lanes.iter().sum::<f32>();
-        for value in parts.into_remainder() {
-            *value = exp(*value - max);
-            sum += *value;
-        }
-        total += f64::from(sum);
-    }
-    total
-}
-
-/// `eˣ` for `x ≤ 88` (Cephes' `expf`: `x = n·ln 2 + r`, `|r| ≤ ln 2 / 2`, a degree-7
-/// polynomial in `r`, times `2ⁿ`); below −87 it returns e⁻⁸⁷ (≈ 1.6e−38) where the true value
-/// is smaller still, which no sum of exponentials here can tell from 0.
-#[inline(always)]
-pub(super) fn exp(x: f32) -> f32 {
-    const LN2_HI: f32 = 0.693_359_4;
-    const LN2_LO: f32 = -2.121_944_4e-4;
-    // 1.5 · 2²³: adding it rounds to an integer, kept in the low mantissa bits.
-    const ROUND: f32 = 12_582_912.0;
-    let x = x.clamp(-87.0, 88.0);
-    let shifted = x * std::f32::consts::LOG2_E + ROUND;
-    let n = shifted - ROUND;
-    let r = x - n * LN2_HI - n * LN2_LO;
-    let p = ((((1.987_569_1e-4 * r + 1.398_199_9e-3) * r + 8.333_452e-3) * r + 4.166_579_6e-2) * r + 1.666_666_5e-1)
-        * r
-        + 0.5;
-    let y = p * r * r + r + 1.0;
-    let exponent = (shifted.to_bits() as i32 - ROUND.to_bits() as i32 + 127) << 23;
-    y * f32::from_bits(exponent as u32)
 }
