@@ -13,8 +13,8 @@
 //! elsewhere, and for other shapes, they are composed of Burn tensor ops one block of query
 //! rows at a time, within [`attention_workspace`] ([`blocked`]), each block's softmax
 //! between its products one op ([`AttentionOps::lean_attention_block_softmax`] and its
-//! backward: a kernel each on the CubeCL backends). On `Lean<B>` those blocks run on
-//! `Lean`'s own ops, so their products are its GEMMs (cuBLASLt on CUDA), and
+//! backward: a kernel each on the CubeCL backends, one pass per row on Flex). On `Lean<B>`
+//! those blocks run on `Lean`'s own ops, so their products are its GEMMs (cuBLASLt on CUDA), and
 //! [`AttentionPath::Gemm`] takes them even where `B` has kernels. On a backend without
 //! autodiff `lean_attention` is Burn's own `attention` (flash where the backend has it).
 //!
@@ -108,7 +108,8 @@ pub trait AttentionOps: Backend {
     /// heads, rows, keys]` (scaled, unmasked) → the probabilities (the scores' type) and each
     /// row's log-sum-exp `[batch, heads, rows, 1]` (f32). `diagonal`: causal, row `i` of the
     /// block sees keys `0 ..= i + diagonal` (the others' probabilities are 0); `None`: every
-    /// key. By default Burn ops, the softmax in f32; one kernel on the CubeCL backends.
+    /// key. By default Burn ops, the softmax in f32; one kernel on the CubeCL
+    /// backends, one pass per row on Flex (f32).
     fn lean_attention_block_softmax(
         scores: FloatTensor<Self>,
         diagonal: Option<usize>,
@@ -119,7 +120,8 @@ pub trait AttentionOps: Backend {
     /// The same block in the backward pass: from its scores, its rows' log-sum-exp and
     /// `Δ = Σ dO ∘ O` (`[batch, heads, rows, 1]`, f32) and the probabilities' gradient
     /// `dP = dO·Vᵀ`: the probabilities and the scores' gradient `P ∘ (dP − Δ)`, both in the
-    /// scores' type. By default Burn ops in f32; one kernel on the CubeCL backends.
+    /// scores' type. By default Burn ops in f32; one kernel on the CubeCL backends, one
+    /// pass per row on Flex (f32).
     fn lean_attention_block_softmax_grad(
         scores: FloatTensor<Self>,
         lse: FloatTensor<Self>,

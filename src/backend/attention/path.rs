@@ -15,10 +15,10 @@ pub enum AttentionPath {
     Kernels,
     /// Blocks of query rows within [`attention_workspace`](super::attention_workspace):
     /// the scores, `P·V` and the backward's products on [`GemmOps::gemm`](crate::backend::GemmOps::gemm)
-    /// (cuBLASLt's tensor cores on CUDA), the softmax and its log-sum-exp in Burn's
-    /// element-wise ops and reductions (fused on the fused stacks), in f32 for half-precision
-    /// inputs. Each block's transient buffers are score-sized: a larger workspace means
-    /// fewer, larger GEMMs.
+    /// (cuBLASLt's tensor cores on CUDA), each block's softmax and log-sum-exp one op
+    /// between them (`AttentionOps::lean_attention_block_softmax`: a kernel on the CubeCL
+    /// backends, one pass per row on Flex), in f32 for half-precision inputs. Each block's
+    /// transient buffers are score-sized: a larger workspace means fewer, larger GEMMs.
     Gemm,
 }
 
