@@ -5,14 +5,15 @@
 //! For a row `z` of `vocab` logits and target `t`: `loss = log Σ exp(z) − z_t` and
 //! `grad = (softmax(z) − onehot(t)) · scale` (`scale` is `1 / tokens` for a mean). One cube
 //! per row: each unit keeps a running maximum and a sum of exponentials rescaled to it over
-//! its share of the row (one read), the cube combines them in shared memory, and the
+//! its share of the row (one read), the cube combines the pairs in shared memory
+//! (`reduce::cube_softmax_stats`, shared with attention's block softmax), and the
 //! gradient pass reads the row once more and writes it. f32 arithmetic whatever the
 //! element type.
 
 use cubecl::prelude::*;
 use cubecl::CubeDim;
 
-use crate::reduce::{cube_max, cube_row, cube_sum, row_cubes};
+use crate::reduce::{cube_row, cube_softmax_stats, row_cubes};
 
 /// Units per cube: one cube per row of logits.
 pub const LOSS_ROW_UNITS: usize = 256;
@@ -37,30 +38,14 @@ pub fn lm_head_loss_rows_kernel<F: Float, I: Int>(
     }
     let base = row * vocab;
     let first = UNIT_POS_X as usize;
-    // This unit's share: its largest logit and Σ exp(z − largest), starting from the row's
-    // first logit with nothing summed (a unit with no element of its own adds nothing).
-    let mut largest = f32::cast_from(logits[base]);
-    let mut sum = 0.0f32;
-    let mut i = first;
-    while i < vocab {
-        let z = f32::cast_from(logits[base + i]);
-        if z > largest {
-            sum = sum * (largest - z).exp() + 1.0f32;
-            largest = z;
-        } else {
-            sum += (z - largest).exp();
-        }
-        i += LOSS_ROW_UNITS;
-    }
-    let row_max = cube_max(largest, LOSS_ROW_UNITS);
-    let total = cube_sum(sum * (largest - row_max).exp(), LOSS_ROW_UNITS);
+    let (row_max, total) = cube_softmax_stats(logits, base, vocab, LOSS_ROW_UNITS);
     let target = usize::cast_from(targets[row]);
     if first == 0 {
         row_loss[row] = row_max + total.ln() - f32::cast_from(logits[base + target]);
     }
     if with_grad {
         let per_exp = scale / total;
-        i = first;
+        let mut i = first;
         while i < vocab {
             let mut g = (f32::cast_from(logits[base + i]) - row_max).exp() * per_exp;
             if i == target {

@@ -1,25 +1,14 @@
-//! A sum and a maximum over a cube's units in shared memory, for the kernels whose cube
-//! works on one row or one gradient together, and the row such a cube works on.
+//! A sum, and a softmax row's maximum and sum of exponentials, over a cube's units in
+//! shared memory, for the kernels whose cube works on one row or one gradient together, and
+//! the row such a cube works on.
 
 use cubecl::prelude::*;
 
 /// Adds `value` over the cube's units (`units` of them, a power of two, the cube's size)
-/// in shared memory; every unit gets the total. Safe to call more than once per kernel.
+/// by halving in shared memory; every unit gets the total. Safe to call more than once per
+/// kernel.
 #[cube]
 pub(crate) fn cube_sum(value: f32, #[comptime] units: usize) -> f32 {
-    cube_reduce(value, units, false)
-}
-
-/// The largest `value` over the cube's units (as [`cube_sum`]).
-#[cube]
-pub(crate) fn cube_max(value: f32, #[comptime] units: usize) -> f32 {
-    cube_reduce(value, units, true)
-}
-
-/// `value` summed, or its maximum taken (`largest`), over the cube's units by halving in
-/// shared memory; every unit gets the result.
-#[cube]
-fn cube_reduce(value: f32, #[comptime] units: usize, #[comptime] largest: bool) -> f32 {
     let mut shared = SharedMemory::<f32>::new(units);
     let unit = UNIT_POS_X as usize;
     shared[unit] = value;
@@ -27,12 +16,7 @@ fn cube_reduce(value: f32, #[comptime] units: usize, #[comptime] largest: bool) 
     let mut half = CUBE_DIM_X as usize / 2;
     while half > 0 {
         if unit < half {
-            let other = shared[unit + half];
-            if largest {
-                shared[unit] = max(shared[unit], other);
-            } else {
-                shared[unit] += other;
-            }
+            shared[unit] += shared[unit + half];
         }
         sync_cube();
         half /= 2;
@@ -42,12 +26,39 @@ fn cube_reduce(value: f32, #[comptime] units: usize, #[comptime] largest: bool) 
     result
 }
 
-/// A softmax row's maximum and sum of exponentials over the cube's units, each unit holding
-/// its share's `largest` value and `sum` of `exp(x − largest)`: the row's maximum and
-/// `Σ sum · exp(largest − maximum)`, combined pairwise in one halving pass (half the
-/// barriers of a maximum and then a sum); every unit gets both.
+/// The maximum of `row[base .. base + len]` (`len ≥ 1`) and `Σ exp(x − maximum)` over it,
+/// computed by the cube's `units` units together: each keeps a running maximum and a sum
+/// of exponentials rescaled to it over its strided share (one read of the row), then the
+/// pairs are combined in one halving pass in shared memory (half the barriers of a maximum
+/// and then a sum); every unit gets both. f32 arithmetic whatever `F`.
 #[cube]
-pub(crate) fn cube_max_sum(largest: f32, sum: f32, #[comptime] units: usize) -> (f32, f32) {
+pub(crate) fn cube_softmax_stats<F: Float>(
+    row: &Tensor<F>,
+    base: usize,
+    len: usize,
+    #[comptime] units: usize,
+) -> (f32, f32) {
+    // From the row's first value with nothing summed: a unit with no value of its own adds
+    // nothing.
+    let mut largest = f32::cast_from(row[base]);
+    let mut sum = 0.0f32;
+    let mut i = UNIT_POS_X as usize;
+    while i < len {
+        let x = f32::cast_from(row[base + i]);
+        if x > largest {
+            sum = sum * (largest - x).exp() + 1.0f32;
+            largest = x;
+        } else {
+            sum += (x - largest).exp();
+        }
+        i += units;
+    }
+    combine_max_sum(largest, sum, units)
+}
+
+/// The units' `(largest, sum)` pairs combined pairwise by halving in shared memory.
+#[cube]
+fn combine_max_sum(largest: f32, sum: f32, #[comptime] units: usize) -> (f32, f32) {
     let mut maxima = SharedMemory::<f32>::new(units);
     let mut sums = SharedMemory::<f32>::new(units);
     let unit = UNIT_POS_X as usize;

@@ -13,7 +13,7 @@
 use cubecl::prelude::*;
 use cubecl::CubeDim;
 
-use crate::reduce::{cube_max_sum, cube_row, row_cubes};
+use crate::reduce::{cube_row, cube_softmax_stats, row_cubes};
 
 /// Units per cube of both kernels: one cube per score row.
 pub const SCORE_ROW_UNITS: usize = 64;
@@ -68,28 +68,14 @@ pub fn attention_block_softmax_kernel<F: Float>(
     }
     let visible = visible_keys(r, block, causal);
     let base = r * block.keys;
+    // Key 0 is seen by every row: the statistics are over at least one score.
+    let (row_max, row_sum) = cube_softmax_stats(scores, base, visible, SCORE_ROW_UNITS);
     let unit = UNIT_POS_X as usize;
-    // Key 0 is seen by every row: the running maximum starts there, nothing summed (a
-    // unit with no key of its own adds nothing).
-    let mut largest = f32::cast_from(scores[base]);
-    let mut sum = 0.0f32;
-    let mut j = unit;
-    while j < visible {
-        let s = f32::cast_from(scores[base + j]);
-        if s > largest {
-            sum = sum * (largest - s).exp() + 1.0f32;
-            largest = s;
-        } else {
-            sum += (s - largest).exp();
-        }
-        j += SCORE_ROW_UNITS;
-    }
-    let (row_max, row_sum) = cube_max_sum(largest, sum, SCORE_ROW_UNITS);
     let row_lse = row_max + row_sum.ln();
     if unit == 0 {
         lse[stat_at(lse, r, block)] = row_lse;
     }
-    j = unit;
+    let mut j = unit;
     while j < block.keys {
         let mut p = 0.0f32;
         if j < visible {
