@@ -139,6 +139,10 @@ fn a_non_finite_loss_is_caught_at_the_next_reading() {
 /// activations; the reading after the step, with all of them gone, is the control. A step
 /// that leaves its loss on the device records nothing and its readings go to the next
 /// reading step; without the setting, or on a backend without a pool, nothing is read.
+/// The reader is a thread waking every millisecond: on a loaded machine it can miss a
+/// step's work altogether (seen once in a cold CI run, both lanes busy: six readings of
+/// one step, all at 160 bytes in use), so the batch must show in the peak of at least one
+/// of the three reading steps, not of each.
 #[test]
 fn the_pool_read_during_steps_holds_what_the_step_freed() {
     use burn::backend::wgpu::WgpuDevice;
@@ -166,18 +170,22 @@ fn the_pool_read_during_steps_holds_what_the_step_freed() {
 
     let sampled = ExecutionConfig::default().with_sample_pool_ms(Some(1)).with_loss_every(2);
     let mut sampling = trainer(sampled);
-    for step in 0..4 {
+    let mut peaks = Vec::new();
+    for step in 0..6 {
         let record = sampling.step(rows(step)).expect("step");
         match (record.loss, record.in_step_peak, record.memory) {
             (None, peak, _) => assert_eq!(peak, None, "step {step} read no loss, so it records no peak"),
             (Some(_), Some(peak), Some(after)) => {
-                assert!(peak.peak_in_use >= batch_bytes, "step {step}: the peak {peak:?} misses the batch");
                 assert!(peak.peak_reserved >= peak.peak_in_use);
                 assert!(after.bytes_in_use < batch_bytes, "the control: after step {step} {after:?} holds the batch");
+                peaks.push(peak);
             }
             other => panic!("step {step}: a reading step with a pool records both readings, got {other:?}"),
         }
     }
+    assert_eq!(peaks.len(), 3, "steps 1, 3 and 5 read their loss");
+    let held = peaks.iter().filter(|peak| peak.peak_in_use >= batch_bytes).count();
+    assert!(held >= 1, "no reading step's peak holds the {batch_bytes}-byte batch: {peaks:?}");
 
     let mut plain = trainer(ExecutionConfig::default());
     assert_eq!(plain.step(rows(0)).expect("step").in_step_peak, None, "no readings unless asked for");
