@@ -143,7 +143,7 @@ impl BlockDims {
     }
 }
 
-/// Runs [`attention_block_softmax_kernel`]: `probabilities` and `lse` from `scores`.
+/// Runs [`attention_block_softmax_kernel()`]: `probabilities` and `lse` from `scores`.
 ///
 /// # Safety
 /// `scores` and `probabilities` contiguous `[batch, heads, rows, keys]` of `F`, `lse`
@@ -168,7 +168,7 @@ pub unsafe fn launch_attention_block_softmax<R: Runtime, F: Float + CubeElement>
     );
 }
 
-/// Runs [`attention_block_softmax_grad_kernel`]: `probabilities` and `grad_scores` from
+/// Runs [`attention_block_softmax_grad_kernel()`]: `probabilities` and `grad_scores` from
 /// `scores`, `grad_probabilities`, `lse` and `delta`.
 ///
 /// # Safety
