@@ -1,17 +1,20 @@
 //! Gradient clipping's factor over many tensors, PyTorch's `clip_grad_norm_`:
 //! `min(1, max_norm / (‖g‖₂ + 1e-6))`, `‖g‖₂` the norm of all the gradients together, in
-//! one launch per gradient and one more, where summing each tensor's squares and adding
-//! the sums up takes Burn three or four per gradient.
+//! one launch per group of gradients (up to 64 on CUDA, 28 on llvmpipe) and one more,
+//! where summing each tensor's squares and adding the sums up takes Burn three or four per
+//! gradient.
 //!
 //! [`squares_kernel`] writes one partial sum of squares per cube into a shared f32 buffer
-//! of partials, each gradient into its own range of slots; [`clip_factor_kernel`] adds up
-//! every slot in one cube and writes the factor. Sums are f32 whatever the gradients'
-//! type, added in a fixed order (the result does not depend on timing).
+//! of partials, each gradient into its own range of slots, many gradients per launch;
+//! [`clip_factor_kernel`] adds up every slot in one cube and writes the factor. Sums are
+//! f32 whatever the gradients' type, added in a fixed order (the result does not depend on
+//! timing, nor on how the gradients were grouped).
 
 use cubecl::prelude::*;
 use cubecl::CubeDim;
 
 use crate::reduce::cube_sum;
+use crate::tensor_group::{group_size, GroupGrid};
 
 /// Units per cube of both kernels (a power of two: the shared-memory sums halve it).
 pub const NORM_UNITS: usize = 256;
@@ -31,22 +34,40 @@ pub fn squares_partials(len: usize) -> usize {
     len.div_ceil(NORM_UNITS * ELEMENTS_PER_UNIT).clamp(1, MAX_CUBES)
 }
 
-/// Cube `c` sums the squares of the elements `c, c + stride, ...` of its share of `grad`
-/// (`len` elements, contiguous; `stride` = units in all cubes of this launch) and writes
-/// the sum to `partials[offset + c]`.
+/// Sums the squares of a group of gradients, one partial sum per cube: gradient `i`
+/// (`lens[i]` elements, contiguous) is summed by the cubes `first_cube[i] ..
+/// first_cube[i + 1]` (`squares_partials(lens[i])` of them; see `tensor_group`), its cube
+/// `c` over the elements `c, c + stride, ...` (`stride` = the gradient's cubes' units), and
+/// cube `k` of the launch writes its sum to `partials[offset + k]`. A gradient's sums are
+/// the same whichever group it is launched in.
 #[cube(launch_unchecked)]
-pub fn squares_kernel<F: Float>(grad: &Tensor<F>, partials: &mut Tensor<f32>, len: usize, offset: usize) {
-    let stride = CUBE_COUNT_X as usize * NORM_UNITS;
-    let mut index = CUBE_POS_X as usize * NORM_UNITS + UNIT_POS_X as usize;
+pub fn squares_kernel<F: Float>(
+    grads: &Sequence<Tensor<F>>,
+    partials: &mut Tensor<f32>,
+    first_cube: Sequence<usize>,
+    lens: Sequence<usize>,
+    offset: usize,
+) {
+    let members = comptime![grads.len()];
+    let cube = CUBE_POS;
     let mut sum = 0.0f32;
-    while index < len {
-        let value = f32::cast_from(grad[index]);
-        sum += value * value;
-        index += stride;
+    #[unroll]
+    for i in 0..members {
+        if cube >= first_cube[i] && cube < first_cube[i + 1] {
+            let grad = grads.index(i);
+            let stride = (first_cube[i + 1] - first_cube[i]) * NORM_UNITS;
+            let mut index = (cube - first_cube[i]) * NORM_UNITS + UNIT_POS_X as usize;
+            while index < lens[i] {
+                let value = f32::cast_from(grad[index]);
+                sum += value * value;
+                index += stride;
+            }
+        }
     }
+    // Outside the members' branches: every unit of every cube reaches the barriers.
     let total = cube_sum(sum, NORM_UNITS);
-    if UNIT_POS_X == 0 {
-        partials[offset + CUBE_POS_X as usize] = total;
+    if UNIT_POS_X == 0 && cube < first_cube[members] {
+        partials[offset + cube] = total;
     }
 }
 
@@ -65,27 +86,39 @@ pub fn clip_factor_kernel(partials: &Tensor<f32>, factor: &mut Tensor<f32>, coun
     }
 }
 
-/// Sums the squares of one gradient of `len` elements into `partials[offset ..
-/// offset + squares_partials(len)]`.
+/// The gradients [`launch_squares`] takes in one launch on this runtime (one binding each,
+/// within its binding limit).
+pub fn squares_group_size<R: Runtime>(client: &ComputeClient<R>) -> usize {
+    group_size(client, 1)
+}
+
+/// Sums the squares of a group of gradients, each `(tensor, len)`, into `partials[offset
+/// ..]`: the gradients' `squares_partials(len)` slots each, in their order.
 ///
 /// # Safety
-/// `grad` must be contiguous with `len` elements; `partials` an f32 tensor of at least
-/// `offset + squares_partials(len)` elements; the kernel indexes them unchecked.
+/// Each gradient must be contiguous with `len` elements of `F`; `partials` an f32 tensor of
+/// at least `offset` plus the gradients' slots elements; at most [`squares_group_size`]
+/// gradients. The kernel indexes them unchecked.
 pub unsafe fn launch_squares<R: Runtime, F: Float + CubeElement>(
     client: &ComputeClient<R>,
-    grad: TensorArg<R>,
+    grads: Vec<(TensorArg<R>, usize)>,
     partials: TensorArg<R>,
-    len: usize,
     offset: usize,
 ) {
-    let cubes = squares_partials(len);
+    let grid = GroupGrid::new(client, grads.iter().map(|&(_, len)| squares_partials(len)));
+    let (mut tensors, mut lens) = (SequenceArg::new(), SequenceArg::new());
+    for (tensor, len) in grads {
+        tensors.push(tensor);
+        lens.push(len);
+    }
     squares_kernel::launch_unchecked::<F, R>(
         client,
-        CubeCount::Static(cubes as u32, 1, 1),
+        grid.cube_count.clone(),
         CubeDim::new_1d(NORM_UNITS as u32),
-        grad,
+        tensors,
         partials,
-        len,
+        grid.first_cube_arg(),
+        lens,
         offset,
     );
 }

@@ -26,10 +26,11 @@ mod layer_norm;
 mod lm_head_loss;
 mod reduce;
 pub mod reference;
+mod tensor_group;
 
 pub use adamw::{
-    adamw_in_place_kernel, adamw_kernel, adamw_vector_size, launch_adamw, launch_adamw_in_place, AdamWScalars,
-    AdamWScalarsLaunch,
+    adamw_group_size, adamw_in_place_kernel, adamw_kernel, adamw_vector_size, launch_adamw, launch_adamw_in_place,
+    AdamWMember, AdamWScalars, AdamWScalarsLaunch,
 };
 pub use attention::{
     attention_backward_dkdv_kernel, attention_backward_dq_kernel, attention_block_softmax_grad_kernel,
@@ -41,7 +42,8 @@ pub use attention::{
 pub use col2im::{col2im_kernel, launch_col2im};
 pub use geometry::{ConvGeometry, ConvGeometryArgs, ConvGeometryArgsLaunch};
 pub use global_norm::{
-    clip_factor_kernel, launch_clip_factor, launch_squares, squares_kernel, squares_partials, NORM_EPSILON, NORM_UNITS,
+    clip_factor_kernel, launch_clip_factor, launch_squares, squares_group_size, squares_kernel, squares_partials,
+    NORM_EPSILON, NORM_UNITS,
 };
 pub use im2col::{im2col_kernel, im2col_vector_size, launch_im2col};
 pub use layer_norm::{

@@ -22,6 +22,20 @@ where
     B: FusionBackend,
     O: Operation<B::FusionRuntime> + 'static,
 {
+    queue_custom_many::<B, O>(name, inputs, outputs.into(), operation).outputs()
+}
+
+/// [`queue_custom`] for a number of outputs known only when it runs.
+pub(crate) fn queue_custom_many<B, O>(
+    name: &'static str,
+    inputs: Vec<FloatTensor<Fusion<B>>>,
+    outputs: Vec<(Shape, DType)>,
+    operation: impl FnOnce(CustomOpIr) -> O,
+) -> Vec<FloatTensor<Fusion<B>>>
+where
+    B: FusionBackend,
+    O: Operation<B::FusionRuntime> + 'static,
+{
     let client = inputs[0].client.clone();
     let streams = OperationStreams::with_inputs(&inputs);
     let outputs: Vec<TensorIr> = outputs
@@ -30,5 +44,5 @@ where
         .collect();
     let inputs: Vec<TensorIr> = inputs.into_iter().map(|tensor| tensor.into_ir()).collect();
     let desc = CustomOpIr::new(name, &inputs, &outputs);
-    client.register(streams, OperationIr::Custom(desc.clone()), operation(desc)).outputs()
+    client.register(streams, OperationIr::Custom(desc.clone()), operation(desc))
 }

@@ -78,7 +78,7 @@ pub(crate) mod gemm;
 mod layer_norm;
 mod lm_head_loss;
 mod ops;
-mod optimizer;
+pub(crate) mod optimizer;
 mod switch;
 
 pub use attention::{
@@ -93,7 +93,7 @@ pub use gemm::{f32_gemm, set_f32_gemm, set_vendor_gemm, vendor_gemm, F32Gemm, Ge
 pub use layer_norm::{layer_norm, LayerNormOps};
 pub use lm_head_loss::LmHeadLossOps;
 pub(crate) use lm_head_loss::{lm_head_loss_grads, lm_head_token_losses};
-pub use optimizer::{AdamWStep, OptimizerOps};
+pub use optimizer::{AdamWParam, AdamWStep, OptimizerOps};
 
 /// A backend that forwards every op to `B`: the base leanburn replaces ops on.
 ///

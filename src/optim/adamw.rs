@@ -1,5 +1,5 @@
-//! AdamW with one fused update per parameter tensor, and the global-norm clipping folded
-//! into it.
+//! AdamW with one fused update per parameter tensor, or for all of a module's parameters
+//! together, and the global-norm clipping folded into it.
 //!
 //! [`FusedAdamW`] is Burn's AdamW (the same numerics, the same `AdamWState` records, so a
 //! checkpoint written with Burn's `AdamW` behind `OptimizerAdaptor` loads into it) whose
@@ -9,14 +9,15 @@
 //!
 //! [`ClippedAdamW`] is the optimizer leanburn's GPT-2 trains with: PyTorch's
 //! `clip_grad_norm_` then AdamW. The clipping's factor is [`OptimizerOps::clip_factor`] (on
-//! CubeCL one launch per gradient and one more), handed to each parameter's update instead
-//! of multiplied into every gradient first. On gpt2-mini on wgpu its step launches 105
-//! kernels where `GlobalNormClipping` around Burn's AdamW, the norm from Burn's ops,
-//! launched 265 (`docs/benchmarks.md`). Its records are `OptimizerAdaptor<FusedAdamW, ..>`'s.
+//! CubeCL one launch per gradient, or per group of them, and one more), handed to the update instead of
+//! multiplied into every gradient first, and the update is
+//! [`OptimizerOps::adamw_steps`] over all parameters at once (`update.rs`; on CubeCL in
+//! place, one launch per group of parameters with `LEANBURN_OPTIMIZER=grouped`), the bits
+//! of one update per parameter. Its records are `OptimizerAdaptor<FusedAdamW, ..>`'s.
 
 use hashbrown::HashMap;
 
-use burn::module::{AutodiffModule, ModuleMapper, Param, ParamId};
+use burn::module::{AutodiffModule, ParamId};
 use burn::optim::record::AdaptorRecord;
 use burn::optim::{
     AdamWState, AdaptiveMomentumState, GradientsParams, LearningRate, MultiGradientsParams, Optimizer, SimpleOptimizer,
@@ -25,6 +26,7 @@ use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::{Tensor, TensorPrimitive};
 
 use super::clip::{global_norm_scale, Merge};
+use super::update::update_all;
 use crate::backend::{AdamWStep, OptimizerOps};
 
 /// AdamW (Loshchilov and Hutter) with Burn's numerics, updating each parameter in one op;
@@ -49,6 +51,12 @@ impl FusedAdamW {
         Self { beta_1, beta_2, ..self }
     }
 
+    /// The update's hyperparameters at step `time` (from 1).
+    pub(crate) fn step_at(&self, lr: LearningRate, time: usize) -> AdamWStep {
+        let Self { beta_1, beta_2, epsilon, weight_decay } = *self;
+        AdamWStep { lr, beta_1, beta_2, epsilon, weight_decay, time }
+    }
+
     /// Updates `tensor` by its gradient `grad` (times `scale`, a one-element f32 tensor,
     /// when given) from `state` (none before the first step).
     pub fn step_scaled<B: OptimizerOps, const D: usize>(
@@ -63,14 +71,7 @@ impl FusedAdamW {
             Some(AdamWState { momentum }) => (momentum.time + 1, momentum.moment_1, momentum.moment_2),
             None => (1, grad.zeros_like(), grad.zeros_like()),
         };
-        let step = AdamWStep {
-            lr,
-            beta_1: self.beta_1,
-            beta_2: self.beta_2,
-            epsilon: self.epsilon,
-            weight_decay: self.weight_decay,
-            time,
-        };
+        let step = self.step_at(lr, time);
         let primitive = |t: Tensor<B, D>| t.into_primitive().tensor();
         let [param, moment_1, moment_2] = B::adamw_step(
             primitive(tensor),
@@ -150,8 +151,7 @@ where
 
     fn step(&mut self, lr: LearningRate, module: M, grads: GradientsParams) -> M {
         let scale = global_norm_scale::<B, M>(&module, &grads, self.max_norm);
-        let mut update = Update { adamw: &self.adamw, records: &mut self.records, grads, lr, scale };
-        module.map(&mut update)
+        update_all(&self.adamw, &mut self.records, lr, module, grads, scale)
     }
 
     fn step_multi(&mut self, lr: LearningRate, module: M, grads: MultiGradientsParams) -> M {
@@ -168,44 +168,5 @@ where
     fn load_record(mut self, record: Self::Record) -> Self {
         self.records = record;
         self
-    }
-}
-
-/// Updates each parameter that has a gradient, as `OptimizerAdaptor`'s mapper does.
-struct Update<'a, B: AutodiffBackend>
-where
-    B::InnerBackend: OptimizerOps,
-{
-    adamw: &'a FusedAdamW,
-    records: &'a mut AdamWRecords<B>,
-    grads: GradientsParams,
-    lr: LearningRate,
-    scale: Option<Tensor<B::InnerBackend, 1>>,
-}
-
-impl<B: AutodiffBackend> ModuleMapper<B> for Update<'_, B>
-where
-    B::InnerBackend: OptimizerOps,
-{
-    fn map_float<const D: usize>(&mut self, param: Param<Tensor<B, D>>) -> Param<Tensor<B, D>> {
-        let (id, tensor, mapper) = param.consume();
-        let Some(grad) = self.grads.remove::<B::InnerBackend, D>(id) else {
-            return Param::from_mapped_value(id, tensor, mapper);
-        };
-        let device = grad.device();
-        let require_grad = tensor.is_require_grad();
-        let tensor = if tensor.device() == device { tensor } else { tensor.to_device(&device) };
-        let state = self
-            .records
-            .remove(&id)
-            .map(|record| <FusedAdamW as SimpleOptimizer<B::InnerBackend>>::to_device(record.into_state(), &device));
-        let scale = self.scale.clone().map(|scale| scale.to_device(&device));
-        let (updated, state) = self.adamw.step_scaled(self.lr, tensor.inner(), grad, state, scale);
-        self.records.insert(id, AdaptorRecord::from_state(state));
-        let mut updated = Tensor::from_inner(updated);
-        if require_grad {
-            updated = updated.require_grad();
-        }
-        Param::from_mapped_value(id, updated, mapper)
     }
 }

@@ -1,12 +1,15 @@
 //! Optimizers as GPT-2 is trained elsewhere: AdamW behind gradient clipping by the global
 //! norm (PyTorch's `clip_grad_norm_`), where Burn's own clipping works per tensor; the
-//! AdamW update one kernel per parameter on the CubeCL backends ([`FusedAdamW`]).
+//! AdamW update one kernel per parameter on the CubeCL backends ([`FusedAdamW`]), or per
+//! group of parameters ([`ClippedAdamW`], which updates all of them in one op, with
+//! `LEANBURN_OPTIMIZER=grouped`).
 //! `tests/gpt2_parity/` checks ten steps of it against PyTorch's.
 
 mod adamw;
 mod clip;
 #[cfg(test)]
 mod tests;
+mod update;
 
 pub use adamw::{AdamWRecords, ClippedAdamW, FusedAdamW};
 pub use clip::{clip_by_global_norm, GlobalNormClipping};

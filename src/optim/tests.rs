@@ -178,3 +178,80 @@ fn the_clip_factor_of_a_large_gradient_on_wgpu_is_the_hosts() {
     eprintln!("sum of squares: host {host:.6e}, Burn's sum {burns:.6e}; factor {got:.6e} against {want:.6e}");
     assert!((got - want).abs() <= 1e-5 * want, "clip factor {got} against the host's {want}");
 }
+
+/// Twenty layers, 40 parameters of lengths at vector widths 4 and 1: more than one group
+/// launch of the CubeCL backends' update.
+#[derive(Module, Debug)]
+struct Deep<B: Backend> {
+    layers: Vec<Linear<B>>,
+}
+
+impl<B: Backend> Deep<B> {
+    fn new(device: &B::Device) -> Self {
+        let layers = (0..20)
+            .map(|i| {
+                let (inputs, outputs) = if i % 2 == 0 { (8, 7) } else { (7, 8) };
+                let values = |len: usize| -> Vec<f32> {
+                    (0..len).map(|j| (((j * 31 + i * 7) % 19) as f32 - 9.0) / (3.0 * inputs as f32)).collect()
+                };
+                let weight = Tensor::from_data(TensorData::new(values(inputs * outputs), [inputs, outputs]), device);
+                let bias = Tensor::from_data(TensorData::new(values(outputs), [outputs]), device);
+                Linear { weight: Param::from_tensor(weight), bias: Some(Param::from_tensor(bias)) }
+            })
+            .collect();
+        Self { layers }
+    }
+
+    /// Three steps of `optimizer` on fixed batches; every parameter's bits after them.
+    fn trained<O: Optimizer<Self, B>>(mut self, optimizer: &mut O, device: &B::Device) -> Vec<u32>
+    where
+        B: AutodiffBackend,
+    {
+        for step in 0..3 {
+            let values: Vec<f32> = (0..4 * 8).map(|i| (((i * 13 + step * 5) % 11) as f32 - 5.0) / 2.0).collect();
+            let mut x = Tensor::<B, 2>::from_data(TensorData::new(values, [4, 8]), device);
+            for layer in &self.layers {
+                x = burn::tensor::activation::tanh(layer.forward(x));
+            }
+            let grads = GradientsParams::from_grads((x - 0.5).square().sum().backward(), &self);
+            self = optimizer.step(LR, self, grads);
+        }
+        let valid = self.valid();
+        let bits = |t: Tensor<B::InnerBackend, 2>| t.into_data().to_vec::<f32>().unwrap();
+        let values = valid.layers.iter().flat_map(|l| {
+            let mut v = bits(l.weight.val());
+            v.extend(bits(l.bias.as_ref().unwrap().val().unsqueeze()));
+            v
+        });
+        values.map(f32::to_bits).collect()
+    }
+}
+
+/// `ClippedAdamW` updates all parameters in one op (on the CubeCL stacks a launch per group
+/// of them, in place): its bits are those of one update per parameter, Burn's
+/// `OptimizerAdaptor` around `FusedAdamW` behind `GlobalNormClipping` (f32: the clipping's
+/// product is the same in the kernel as in a tensor op). The control: twice the weight
+/// decay in the all-at-once update changes them.
+fn all_at_once_is_one_update_each<B: TrainBackend>(backend: &str, device: &B::Device) {
+    let adamw = FusedAdamW::new(ADAM_EPSILON, WEIGHT_DECAY);
+    let each = GlobalNormClipping::new(burn::optim::adaptor::OptimizerAdaptor::from(adamw), 1.0);
+    let each = Deep::<B>::new(device).trained(&mut { each }, device);
+    let all = Deep::<B>::new(device).trained(&mut ClippedAdamW::new(adamw, 1.0), device);
+    let doubled = FusedAdamW::new(ADAM_EPSILON, 2.0 * WEIGHT_DECAY);
+    let doubled = Deep::<B>::new(device).trained(&mut ClippedAdamW::new(doubled, 1.0), device);
+    let differ = |a: &[u32], b: &[u32]| a.iter().zip(b).filter(|(x, y)| x != y).count();
+    assert!(
+        all == each,
+        "{backend}: {} of {} values differ from one update per parameter",
+        differ(&all, &each),
+        all.len()
+    );
+    assert!(differ(&doubled, &each) > all.len() / 2, "{backend}: control: twice the weight decay went unnoticed");
+}
+
+#[test]
+fn clipped_adamw_all_at_once_is_one_update_per_parameter() {
+    crate::backend::optimizer::GROUPED.set(true); // both settings write the same bits
+    all_at_once_is_one_update_each::<Autodiff<Flex>>("flex", &Default::default());
+    all_at_once_is_one_update_each::<Autodiff<Wgpu>>("wgpu", &Default::default());
+}

@@ -1,6 +1,7 @@
-//! [`OptimizerOps`] on CubeCL backends: leanburn's AdamW kernel, one launch per parameter
-//! (in place where the update holds the parameter's and the moments' only handles), and its
-//! clipping-factor kernels, one launch per gradient and one more.
+//! [`OptimizerOps`] on CubeCL backends: leanburn's AdamW kernel, in place where the update
+//! holds the parameters' and their moments' only handles (into new buffers otherwise), and
+//! its clipping-factor kernels, then one more for the factor. One launch per tensor, or per
+//! group of them where [`grouped`] says so (both write the same bits).
 
 use burn_backend::tensor::FloatTensor;
 use burn_backend::{DType, Shape};
@@ -8,10 +9,11 @@ use burn_cubecl::ops::numeric::empty_device_contiguous_dtype;
 use burn_cubecl::tensor::CubeTensor;
 use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElement};
 use leanburn_kernels::{
-    launch_adamw, launch_adamw_in_place, launch_clip_factor, launch_squares, squares_partials, AdamWScalars,
+    adamw_group_size, adamw_vector_size, launch_adamw, launch_adamw_in_place, launch_clip_factor, launch_squares,
+    squares_group_size, squares_partials, AdamWMember, AdamWScalars,
 };
 
-use super::{composed, composed_clip_factor, AdamWStep, OptimizerOps};
+use super::{composed, composed_clip_factor, grouped, AdamWParam, AdamWStep, OptimizerOps};
 use crate::backend::{contiguous_of, has_kernels};
 
 impl<R, F, I, BT> OptimizerOps for CubeBackend<R, F, I, BT>
@@ -28,69 +30,59 @@ where
         scale: Option<FloatTensor<Self>>,
         step: &AdamWStep,
     ) -> [FloatTensor<Self>; 3] {
-        let dtype = param.dtype;
-        let shape = param.meta.shape().clone();
-        let same = |t: &CubeTensor<R>| t.dtype == dtype && *t.meta.shape() == shape;
-        if !has_kernels(dtype) || !same(&grad) || !moments.iter().all(same) {
-            return composed::<Self>(param, grad, moments, scale, step);
-        }
-        let (client, device) = (param.client.clone(), param.device.clone());
+        let mut updated = Self::adamw_steps(vec![AdamWParam { param, grad, moments }], scale, step);
+        updated.pop().expect("one update for one parameter")
+    }
+
+    fn adamw_steps(
+        params: Vec<AdamWParam<Self>>,
+        scale: Option<FloatTensor<Self>>,
+        step: &AdamWStep,
+    ) -> Vec<[FloatTensor<Self>; 3]> {
+        let Some(first) = params.first() else { return Vec::new() };
+        let (client, device) = (first.param.client.clone(), first.param.device.clone());
         let scale = match scale {
             Some(scale) => contiguous_of(scale, DType::F32),
             None => {
                 let one = client.create_from_slice(&1.0f32.to_le_bytes());
-                CubeTensor::new_contiguous(client.clone(), device.clone(), [1].into(), one, DType::F32)
+                CubeTensor::new_contiguous(client, device, [1].into(), one, DType::F32)
             }
         };
-        let (c1, c2) = step.corrections();
-        let scalars = AdamWScalars {
-            beta_1: step.beta_1,
-            beta_2: step.beta_2,
-            epsilon: step.epsilon,
-            lr: step.lr as f32,
-            decay: step.decay() as f32,
-            correction_1: c1,
-            correction_2: c2,
-        };
-        let len = shape.num_elements();
-        // The parameter and both moments are overwritten where this update holds their only
-        // handles (as an optimizer step does: the module's parameter and the state's moments
-        // are moved in); else the update writes new buffers and leaves the inputs as they are.
-        let writable = |t: &CubeTensor<R>| t.can_mut() && t.is_contiguous() && t.is_contiguous_buffer();
-        if writable(&param) && moments.iter().all(writable) {
-            let [moment_1, moment_2] = moments;
+        let scalars = scalars(step);
+        let mut updated: Vec<Option<[CubeTensor<R>; 3]>> = params.iter().map(|_| None).collect();
+        let mut groups: Vec<InPlaceGroup<R>> = Vec::new();
+        for (index, AdamWParam { param, grad, moments }) in params.into_iter().enumerate() {
+            let dtype = param.dtype;
+            let shape = param.meta.shape().clone();
+            let same = |t: &CubeTensor<R>| t.dtype == dtype && *t.meta.shape() == shape;
+            if !has_kernels(dtype) || !same(&grad) || !moments.iter().all(same) {
+                updated[index] = Some(composed::<Self>(param, grad, moments, Some(scale.clone()), step));
+                continue;
+            }
+            // The parameter and both moments are overwritten where this update holds their
+            // only handles (as an optimizer step does: the module's parameter and the
+            // state's moments are moved in); else the update writes new buffers and leaves
+            // the inputs as they are.
+            let writable = |t: &CubeTensor<R>| t.can_mut() && t.is_contiguous() && t.is_contiguous_buffer();
+            if !(writable(&param) && moments.iter().all(writable)) {
+                updated[index] = Some(into_new_buffers(param, grad, moments, &scale, scalars));
+                continue;
+            }
+            let len = shape.num_elements();
+            let width = adamw_vector_size(&param.client, dtype.size(), len);
+            let key = (param.device.clone(), dtype, width);
             let grad = contiguous_of(grad, dtype);
-            // SAFETY: the three are contiguous, of the parameter's shape and type, each the
-            // only handle to its buffer (so three distinct buffers nothing else reads); the
-            // gradient was made contiguous with them; the scale holds one f32.
-            unsafe {
-                with_float_type!(dtype, E => launch_adamw_in_place::<R, E>(
-                    &client,
-                    [&param, &grad, &moment_1, &moment_2].map(|t| t.clone().into_tensor_arg()),
-                    scale.into_tensor_arg(),
-                    len,
-                    scalars,
-                ));
+            let [moment_1, moment_2] = moments;
+            let member = (index, [param, grad, moment_1, moment_2]);
+            match groups.iter_mut().find(|group| group.key == key) {
+                Some(group) => group.members.push(member),
+                None => groups.push(InPlaceGroup { key, members: vec![member] }),
             }
-            return [param, moment_1, moment_2];
         }
-        let [moment_1, moment_2] = moments.map(|t| contiguous_of(t, dtype));
-        let inputs = [contiguous_of(param, dtype), contiguous_of(grad, dtype), moment_1, moment_2];
-        let outputs =
-            [0; 3].map(|_| empty_device_contiguous_dtype(client.clone(), device.clone(), shape.clone(), dtype));
-        // SAFETY: the inputs were made contiguous with the parameter's shape and type, the
-        // outputs just allocated contiguous with them, the scale holds one f32.
-        unsafe {
-            with_float_type!(dtype, E => launch_adamw::<R, E>(
-                &client,
-                inputs.map(|t| t.into_tensor_arg()),
-                scale.into_tensor_arg(),
-                outputs.clone().map(|t| t.into_tensor_arg()),
-                len,
-                scalars,
-            ));
+        for group in groups {
+            group.launch(&scale, scalars, &mut updated);
         }
-        outputs
+        updated.into_iter().map(|update| update.expect("every parameter updated")).collect()
     }
 
     fn clip_factor(grads: Vec<FloatTensor<Self>>, max_norm: f64) -> FloatTensor<Self> {
@@ -101,22 +93,35 @@ where
         let count = grads.iter().map(|grad| squares_partials(grad.meta.num_elements())).sum();
         let partials = empty_device_contiguous_dtype(client.clone(), device.clone(), Shape::new([count]), DType::F32);
         let factor = empty_device_contiguous_dtype(client.clone(), device, Shape::new([1]), DType::F32);
+        // Runs of gradients of one type, in their order (so the slots and the sum's order
+        // are those of one launch per gradient), a launch per group of them.
+        let group = if grouped() { squares_group_size(&client) } else { 1 };
         let mut offset = 0;
-        for grad in grads {
-            let (len, dtype) = (grad.meta.num_elements(), grad.dtype);
-            let grad = contiguous_of(grad, dtype);
-            // SAFETY: the gradient is contiguous with `len` elements; its slots,
-            // `offset .. offset + squares_partials(len)`, are inside `partials`.
+        let mut grads = grads.into_iter().peekable();
+        while let Some(first) = grads.next() {
+            let dtype = first.dtype;
+            let mut run = vec![first];
+            while run.len() < group && grads.peek().is_some_and(|grad| grad.dtype == dtype) {
+                run.extend(grads.next());
+            }
+            let slots: usize = run.iter().map(|grad| squares_partials(grad.meta.num_elements())).sum();
+            let args = run
+                .into_iter()
+                .map(|grad| (grad.meta.num_elements(), contiguous_of(grad, dtype)))
+                .map(|(len, grad)| (grad.into_tensor_arg(), len))
+                .collect();
+            // SAFETY: each gradient is contiguous with its length of elements of `dtype`; the
+            // run's slots, `offset .. offset + slots`, are inside `partials`; at most a
+            // group's count.
             unsafe {
                 with_float_type!(dtype, E => launch_squares::<R, E>(
                     &client,
-                    grad.into_tensor_arg(),
+                    args,
                     partials.clone().into_tensor_arg(),
-                    len,
                     offset,
                 ));
             }
-            offset += squares_partials(len);
+            offset += slots;
         }
         // SAFETY: every one of the `count` slots was written above; `factor` holds one f32.
         unsafe {
@@ -132,12 +137,100 @@ where
     }
 }
 
+/// Parameters of one device, type and vector width whose update holds their only
+/// handles, updated in place a launch per [`adamw_group_size`] of them.
+struct InPlaceGroup<R: CubeRuntime> {
+    key: (R::Device, DType, usize),
+    /// Each parameter's index among the update's and `[param, grad, moment_1, moment_2]`,
+    /// contiguous.
+    members: Vec<(usize, [CubeTensor<R>; 4])>,
+}
+
+impl<R: CubeRuntime> InPlaceGroup<R> {
+    /// Launches the updates and puts each parameter and its moments at its index.
+    fn launch(self, scale: &CubeTensor<R>, scalars: AdamWScalars, updated: &mut [Option<[CubeTensor<R>; 3]>]) {
+        let (_, dtype, width) = self.key;
+        let client = self.members[0].1[0].client.clone();
+        let mut members = self.members.into_iter().peekable();
+        while members.peek().is_some() {
+            let group = if grouped() { adamw_group_size(&client) } else { 1 };
+            let launch: Vec<_> = members.by_ref().take(group).collect();
+            let args = launch
+                .iter()
+                .map(|(_, tensors)| AdamWMember {
+                    tensors: tensors.each_ref().map(|t| t.clone().into_tensor_arg()),
+                    len: tensors[0].meta.num_elements(),
+                })
+                .collect();
+            // SAFETY: each member's four tensors are contiguous, of its parameter's shape and
+            // type (the gradient made so), and the parameter and moments each the only handle
+            // to its buffer (so distinct buffers nothing else reads, none in two members);
+            // `width` divides every length (the group's key); at most a group's count; the
+            // scale holds one f32.
+            unsafe {
+                with_float_type!(dtype, E => launch_adamw_in_place::<R, E>(
+                    &client,
+                    args,
+                    scale.clone().into_tensor_arg(),
+                    width,
+                    scalars,
+                ));
+            }
+            for (index, [param, _, moment_1, moment_2]) in launch {
+                updated[index] = Some([param, moment_1, moment_2]);
+            }
+        }
+    }
+}
+
+/// One parameter's update into new buffers, the inputs left as they are.
+fn into_new_buffers<R: CubeRuntime>(
+    param: CubeTensor<R>,
+    grad: CubeTensor<R>,
+    moments: [CubeTensor<R>; 2],
+    scale: &CubeTensor<R>,
+    scalars: AdamWScalars,
+) -> [CubeTensor<R>; 3] {
+    let (dtype, shape) = (param.dtype, param.meta.shape().clone());
+    let (client, device) = (param.client.clone(), param.device.clone());
+    let [moment_1, moment_2] = moments.map(|t| contiguous_of(t, dtype));
+    let inputs = [contiguous_of(param, dtype), contiguous_of(grad, dtype), moment_1, moment_2];
+    let outputs = [0; 3].map(|_| empty_device_contiguous_dtype(client.clone(), device.clone(), shape.clone(), dtype));
+    // SAFETY: the inputs were made contiguous with the parameter's shape and type, the
+    // outputs just allocated contiguous with them, the scale holds one f32.
+    unsafe {
+        with_float_type!(dtype, E => launch_adamw::<R, E>(
+            &client,
+            inputs.map(|t| t.into_tensor_arg()),
+            scale.clone().into_tensor_arg(),
+            outputs.clone().map(|t| t.into_tensor_arg()),
+            shape.num_elements(),
+            scalars,
+        ));
+    }
+    outputs
+}
+
+/// The kernel's scalars for `step`.
+fn scalars(step: &AdamWStep) -> AdamWScalars {
+    let (correction_1, correction_2) = step.corrections();
+    AdamWScalars {
+        beta_1: step.beta_1,
+        beta_2: step.beta_2,
+        epsilon: step.epsilon,
+        lr: step.lr as f32,
+        decay: step.decay() as f32,
+        correction_1,
+        correction_2,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use burn::tensor::{Distribution, Tensor, TensorPrimitive};
     use burn_backend::Backend;
 
-    use super::super::{AdamWStep, OptimizerOps};
+    use super::super::{AdamWParam, AdamWStep, OptimizerOps};
     use crate::device::CubeWgpu;
     use crate::MemoryProbe;
 
@@ -193,5 +286,66 @@ mod tests {
         assert!(own_rise < tensor, "the update in place reserved {own_rise} B");
         assert!(shared_rise >= 3 * tensor, "control: the shared update reserved only {shared_rise} B");
         assert!(inputs.iter().map(values).eq(snapshot), "a shared input was written");
+    }
+
+    /// Parameters for a grouped update: eight of 4 MiB and sixteen small ones of odd lengths
+    /// (updated a scalar at a time, in a group of their own), 24 in all (more than one
+    /// launch's worth on GPU runtimes).
+    fn group_inputs(device: &burn::tensor::Device<B>) -> Vec<[Tensor<B, 1>; 4]> {
+        <B as Backend>::seed(device, 9);
+        let uniform = |len, low, high| Tensor::<B, 1>::random([len], Distribution::Uniform(low, high), device);
+        (0..24)
+            .map(|i| {
+                let len = if i % 3 == 0 { 1 << 20 } else { 7 * i + 3 };
+                [uniform(len, -1.0, 1.0), uniform(len, -1e-2, 1e-2), uniform(len, -1e-3, 1e-3), uniform(len, 0.0, 1e-5)]
+            })
+            .collect()
+    }
+
+    /// One grouped update of `params` (copies only it holds, or clones the caller keeps):
+    /// the reserve's rise over it and each parameter's results' bits.
+    fn group_update(params: &[[Tensor<B, 1>; 4]], shared: bool) -> (u64, Vec<[Vec<u32>; 3]>) {
+        let device = params[0][0].device();
+        let primitive = |t: &Tensor<B, 1>| match shared {
+            true => t.clone().into_primitive().tensor(),
+            false => Tensor::<B, 1>::from_data(t.to_data(), &device).into_primitive().tensor(),
+        };
+        let params: Vec<_> = params
+            .iter()
+            .map(|[p, g, m, v]| AdamWParam {
+                param: primitive(p),
+                grad: primitive(g),
+                moments: [primitive(m), primitive(v)],
+            })
+            .collect();
+        B::sync(&device).expect("sync");
+        B::release_unused(&device);
+        let before = B::memory_sample(&device).expect("a pool").bytes_reserved;
+        let out = B::adamw_steps(params, None, &STEP);
+        B::sync(&device).expect("sync");
+        let after = B::memory_sample(&device).expect("a pool").bytes_reserved;
+        let out = out.into_iter().map(|ts| ts.map(|t| values(&Tensor::from_primitive(TensorPrimitive::Float(t)))));
+        (after.saturating_sub(before), out.collect())
+    }
+
+    /// Many parameters updated together in place: no new memory, and each one's bits are
+    /// those of its own update. The control: with the inputs shared, the update reserves
+    /// every output anew (and writes the same bits).
+    #[test]
+    fn adamw_steps_update_a_group_in_place_as_one_update_each() {
+        super::super::GROUPED.set(true); // both settings write the same bits
+        let device = Default::default();
+        let params = group_inputs(&device);
+        group_update(&params, false); // compiles the kernels
+        let (own_rise, own) = group_update(&params, false);
+        let (shared_rise, shared) = group_update(&params, true);
+        let alone: Vec<[Vec<u32>; 3]> = params.iter().map(|p| update(p, false).1).collect();
+        // The large parameters' bytes (the small ones' copies may fit in pages the pool holds).
+        let bytes: u64 = params.iter().map(|p| p[0].dims()[0] as u64 * 4).filter(|&b| b >= 1 << 20).sum();
+        println!("reserve rise over one update of 24 parameters, 3 × {bytes} B in the large ones: in place {own_rise} B, shared {shared_rise} B");
+        assert!(own == alone, "the grouped update wrote other bits than one update per parameter");
+        assert!(shared == alone, "the grouped update into new buffers wrote other bits");
+        assert!(own_rise < (4 << 20), "the grouped update in place reserved {own_rise} B");
+        assert!(shared_rise >= 3 * bytes, "control: the shared update reserved only {shared_rise} B");
     }
 }

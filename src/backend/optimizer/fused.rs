@@ -10,14 +10,17 @@ use burn_fusion::stream::Operation;
 use burn_fusion::{Fusion, FusionBackend, FusionRuntime};
 use burn_ir::{CustomOpIr, HandleContainer};
 
-use super::{AdamWStep, OptimizerOps};
-use crate::backend::custom_op::queue_custom;
+use super::{AdamWParam, AdamWStep, OptimizerOps};
+use crate::backend::custom_op::{queue_custom, queue_custom_many};
 
 /// Which op one queued operation runs on the inner backend.
 #[derive(Clone, Copy, Debug)]
 enum Queued {
     /// [`OptimizerOps::adamw_step`]: inputs param, grad, both moments and maybe the scale.
     AdamW(AdamWStep),
+    /// [`OptimizerOps::adamw_steps`] of this many parameters: inputs each one's param, grad
+    /// and both moments, then maybe the scale.
+    AdamWSteps(AdamWStep, usize),
     /// [`OptimizerOps::clip_factor`] at this norm: every input a gradient.
     ClipFactor(f64),
 }
@@ -38,6 +41,15 @@ impl<B: FusionBackend + OptimizerOps> Operation<B::FusionRuntime> for QueuedOp<B
                 let (param, grad, moment_1, moment_2) = (next(), next(), next(), next());
                 let scale = inputs.next();
                 B::adamw_step(param, grad, [moment_1, moment_2], scale, &step).into()
+            }
+            Queued::AdamWSteps(step, count) => {
+                let params = (0..count)
+                    .map(|_| {
+                        let mut next = || inputs.next().expect("the queued updates have four inputs each");
+                        AdamWParam { param: next(), grad: next(), moments: [next(), next()] }
+                    })
+                    .collect();
+                B::adamw_steps(params, inputs.next(), &step).into_iter().flatten().collect()
             }
             Queued::ClipFactor(max_norm) => vec![B::clip_factor(inputs.collect(), max_norm)],
         };
@@ -69,6 +81,30 @@ impl<B: FusionBackend + OptimizerOps> OptimizerOps for Fusion<B> {
         let mut inputs = vec![param, grad, moment_1, moment_2];
         inputs.extend(scale);
         queue::<B, 3>(Queued::AdamW(*step), "leanburn_adamw", inputs, [output.clone(), output.clone(), output])
+    }
+
+    fn adamw_steps(
+        params: Vec<AdamWParam<Self>>,
+        scale: Option<FloatTensor<Self>>,
+        step: &AdamWStep,
+    ) -> Vec<[FloatTensor<Self>; 3]> {
+        if params.is_empty() {
+            return Vec::new();
+        }
+        let count = params.len();
+        let outputs: Vec<_> =
+            params.iter().flat_map(|p| [0; 3].map(|_| (p.param.shape.clone(), p.param.dtype))).collect();
+        let mut inputs: Vec<_> =
+            params.into_iter().flat_map(|AdamWParam { param, grad, moments: [m, v] }| [param, grad, m, v]).collect();
+        inputs.extend(scale);
+        let op = Queued::AdamWSteps(*step, count);
+        let mut outputs = queue_custom_many::<B, _>("leanburn_adamw_steps", inputs, outputs, |desc| QueuedOp::<B> {
+            desc,
+            op,
+            _backend: PhantomData,
+        })
+        .into_iter();
+        (0..count).map(|_| [0; 3].map(|_| outputs.next().expect("three outputs per parameter"))).collect()
     }
 
     fn clip_factor(grads: Vec<FloatTensor<Self>>, max_norm: f64) -> FloatTensor<Self> {

@@ -1,6 +1,7 @@
 //! AdamW's per-parameter update as one op: on the CubeCL backends (CUDA, wgpu; fused or
-//! not) one kernel per parameter tensor (`leanburn-kernels`' `adamw`), where Burn's AdamW
-//! launches a dozen element-wise ops and the clipping's scale one more; on the CPU backend
+//! not) one kernel per parameter tensor (`leanburn-kernels`' `adamw`), or per group of
+//! them (up to 16 a launch on CUDA, 7 on llvmpipe) with `LEANBURN_OPTIMIZER=grouped`,
+//! where Burn's AdamW launches a dozen element-wise ops and the clipping's scale one more; on the CPU backend
 //! (`Flex`) one pass over the host buffers (`flex.rs`); elsewhere, and for element types
 //! the kernel is not compiled for, the same arithmetic composed of Burn tensor ops
 //! ([`composed`]).
@@ -19,7 +20,19 @@ use burn_backend::tensor::FloatTensor;
 use burn_backend::{Backend, TensorMetadata};
 
 use super::conv::ChunkedConv;
+use super::switch::{env_is, Switch};
 use super::Lean;
+
+/// Whether the CubeCL update and clipping sums launch for groups of tensors
+/// (`LEANBURN_OPTIMIZER=grouped`, read once) or one tensor a launch (the default). Both
+/// write the same bits. On llvmpipe one a launch is the faster (gpt2-mini's optimizer step
+/// 61–65 ms against 90–91, `docs/benchmarks.md`); on a GPU, where a launch costs more, the
+/// device call in `docs/gpu.md` times both before the default changes.
+pub(crate) static GROUPED: Switch = Switch::unset();
+
+pub(crate) fn grouped() -> bool {
+    GROUPED.get(|| env_is("LEANBURN_OPTIMIZER", "grouped"))
+}
 
 /// PyTorch's `clip_grad_norm_` guard against a zero norm.
 pub const NORM_EPSILON: f64 = 1e-6;
@@ -54,6 +67,17 @@ impl AdamWStep {
     }
 }
 
+/// One parameter's tensors for [`OptimizerOps::adamw_steps`], all of one shape and type.
+#[derive(Debug)]
+pub struct AdamWParam<B: Backend> {
+    /// The parameter before the step.
+    pub param: FloatTensor<B>,
+    /// Its gradient.
+    pub grad: FloatTensor<B>,
+    /// Both moments before the step (zeros before the first).
+    pub moments: [FloatTensor<B>; 2],
+}
+
 /// A backend with AdamW's update as one op; see the [module docs](self).
 pub trait OptimizerOps: Backend {
     /// The parameter and its two moments after one step, `[param', m', v']`, from the
@@ -68,6 +92,21 @@ pub trait OptimizerOps: Backend {
         step: &AdamWStep,
     ) -> [FloatTensor<Self>; 3] {
         composed::<Self>(param, grad, moments, scale, step)
+    }
+
+    /// [`adamw_step`](Self::adamw_step) for many parameters at once, each gradient times the
+    /// same `scale`, the results in the parameters' order: on the CubeCL backends one launch
+    /// for a group of parameters (PyTorch's multi-tensor AdamW) where the update holds their
+    /// only handles; one update after another by default.
+    fn adamw_steps(
+        params: Vec<AdamWParam<Self>>,
+        scale: Option<FloatTensor<Self>>,
+        step: &AdamWStep,
+    ) -> Vec<[FloatTensor<Self>; 3]> {
+        params
+            .into_iter()
+            .map(|AdamWParam { param, grad, moments }| Self::adamw_step(param, grad, moments, scale.clone(), step))
+            .collect()
     }
 
     /// `min(1, max_norm / (‖g‖₂ + 1e-6))`, `‖g‖₂` the norm of all of `grads` together (at
@@ -89,6 +128,15 @@ impl<B: ChunkedConv + OptimizerOps> OptimizerOps for Lean<B> {
         step: &AdamWStep,
     ) -> [FloatTensor<Self>; 3] {
         B::adamw_step(param, grad, moments, scale, step)
+    }
+
+    fn adamw_steps(
+        params: Vec<AdamWParam<Self>>,
+        scale: Option<FloatTensor<Self>>,
+        step: &AdamWStep,
+    ) -> Vec<[FloatTensor<Self>; 3]> {
+        let params = params.into_iter().map(|AdamWParam { param, grad, moments }| AdamWParam { param, grad, moments });
+        B::adamw_steps(params.collect(), scale, step)
     }
 
     fn clip_factor(grads: Vec<FloatTensor<Self>>, max_norm: f64) -> FloatTensor<Self> {
