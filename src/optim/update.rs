@@ -62,7 +62,9 @@ fn update<B: OptimizerOps>(
     taken: Vec<Taken<B>>,
     scale: Option<Tensor<B, 1>>,
 ) -> HashMap<ParamId, Updated<B>> {
-    let mut batches: Vec<((usize, B::Device), Vec<Taken<B>>)> = Vec::new();
+    // Each batch's step count and device, and its parameters.
+    type Batch<B> = ((usize, burn::tensor::Device<B>), Vec<Taken<B>>);
+    let mut batches: Vec<Batch<B>> = Vec::new();
     for param in taken {
         let key = (param.time, B::float_device(&param.tensors.param));
         match batches.iter_mut().find(|(k, _)| *k == key) {

@@ -78,6 +78,14 @@ pub struct AdamWParam<B: Backend> {
     pub moments: [FloatTensor<B>; 2],
 }
 
+impl<B: ChunkedConv> AdamWParam<Lean<B>> {
+    /// The same tensors as `B`'s (`Lean` wraps none of them).
+    fn into_inner(self) -> AdamWParam<B> {
+        let Self { param, grad, moments } = self;
+        AdamWParam { param, grad, moments }
+    }
+}
+
 /// A backend with AdamW's update as one op; see the [module docs](self).
 pub trait OptimizerOps: Backend {
     /// The parameter and its two moments after one step, `[param', m', v']`, from the
@@ -135,8 +143,7 @@ impl<B: ChunkedConv + OptimizerOps> OptimizerOps for Lean<B> {
         scale: Option<FloatTensor<Self>>,
         step: &AdamWStep,
     ) -> Vec<[FloatTensor<Self>; 3]> {
-        let params = params.into_iter().map(|AdamWParam { param, grad, moments }| AdamWParam { param, grad, moments });
-        B::adamw_steps(params.collect(), scale, step)
+        B::adamw_steps(params.into_iter().map(AdamWParam::into_inner).collect(), scale, step)
     }
 
     fn clip_factor(grads: Vec<FloatTensor<Self>>, max_norm: f64) -> FloatTensor<Self> {
