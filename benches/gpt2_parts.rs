@@ -107,11 +107,11 @@ struct Args {
     /// The step's attention: leanburn's (the default) or Burn's op.
     #[arg(long, value_enum, default_value_t = leanburn::model::Gpt2Attention::Lean)]
     attention: leanburn::model::Gpt2Attention,
-    /// MiB of score-sized buffers for leanburn's attention in blocks (`LEANBURN_ATTENTION=gemm`
-    /// in the environment runs it on `Lean`'s GEMMs; shapes the kernels do not take, always).
-    #[arg(long, default_value_t = (leanburn::backend::DEFAULT_ATTENTION_WORKSPACE_BYTES >> 20) as u64,
-          value_parser = clap::value_parser!(u64).range(1..=1 << 20))]
-    attention_workspace: u64,
+    /// MiB of score-sized buffers for leanburn's attention in blocks (the default on CUDA
+    /// with cuBLASLt, or `LEANBURN_ATTENTION=gemm`; shapes the kernels do not take, always).
+    /// Default: the example's (`leanburn::device::default_attention_workspace`).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=1 << 20))]
+    attention_workspace: Option<u64>,
     #[arg(long, default_value_t = 5)]
     reps: usize,
     #[arg(long, default_value_t = 2)]
@@ -190,7 +190,11 @@ fn run(args: &Args) -> Result<(), String> {
     }
     let backend = select(&args.backend).map_err(|e| e.to_string())?;
     eprintln!("{backend}");
-    leanburn::backend::set_attention_workspace((args.attention_workspace as usize) << 20);
+    let workspace = args.attention_workspace.map_or_else(
+        || leanburn::device::default_attention_workspace(&backend, args.batch, config.heads, seq),
+        |mib| (mib as usize) << 20,
+    );
+    leanburn::backend::set_attention_workspace(workspace);
     let name = backend.kind().to_string();
     let cubecl = backend.kind() != BackendKind::Cpu;
     let ours = backend.run_lean(Parts { args: args.clone(), config: config.clone(), seq, cubecl })?;
@@ -202,7 +206,7 @@ fn run(args: &Args) -> Result<(), String> {
         _ => None,
     };
     if timed {
-        report(args, &config, seq, &name, &ours, torch.as_ref());
+        report(args, &config, seq, (&name, backend.attention_path()), &ours, torch.as_ref());
     }
     Ok(())
 }
@@ -484,7 +488,7 @@ fn report(
     args: &Args,
     config: &Gpt2Config,
     seq: usize,
-    name: &str,
+    (name, attention): (&str, leanburn::backend::AttentionPath),
     ours: &BTreeMap<String, Timing>,
     torch: Option<&BTreeMap<String, Timing>>,
 ) {
@@ -508,8 +512,8 @@ fn report(
         match args.attention {
             leanburn::model::Gpt2Attention::Lean => format!(
                 "leanburn's attention ({}; workspace {} MiB)",
-                leanburn::backend::attention_path(),
-                args.attention_workspace
+                attention,
+                leanburn::backend::attention_workspace() >> 20
             ),
             leanburn::model::Gpt2Attention::Burn => "Burn's attention".into(),
         },

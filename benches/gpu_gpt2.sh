@@ -34,7 +34,7 @@
 # Each case runs under `timeout SECONDS`, with nvidia-smi sampling the GPU's used memory
 # every 200 ms (the driver's view: both programs' CUDA context, pool and cache included).
 # Per case: NAME.log (all output) and a line in summary.tsv; the example's metrics and
-# validation files are collected into results.tar.gz.
+# validation files are collected into results.tar.gz, saved after every case.
 #
 # WARM="f32 bf16" first runs the example's --warm-cache once per listed precision, all at
 # once (CubeCL's cache files are multi-process safe), each under `timeout WARM_LIMIT`
@@ -49,8 +49,21 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
-OUT=${OUT:-$PWD/gpu-out}
+# What comes back from the device call: results.tar.gz (the logs), summary.tsv and the
+# kernel cache's parts, written again after every case, so that a call cut short by its
+# time limit still returns what ran (the device tool returns at most eight files: the logs
+# themselves stay in /tmp).
+RESULTS=${OUT:-$PWD/gpu-out}
+OUT=/tmp/leanburn-out
+rm -rf "$OUT"
+mkdir -p "$RESULTS"
 . benches/gpu_setup.sh
+save_results() {
+  tar -C "$OUT" -czf "$RESULTS/results.tar.gz" logs
+  cp "$OUT/summary.tsv" "$RESULTS/"
+  rm -f "$RESULTS"/cubecl-cache.tar.gz.part*
+  (OUT=$RESULTS save_kernel_cache) >/dev/null
+}
 chmod +x .gpu/gpt2_small_hybrid
 [ -e .gpu/gpt2_parts ] && chmod +x .gpu/gpt2_parts
 
@@ -118,6 +131,7 @@ for case in "$@"; do
     cp "$RUNS/$name"/*.jsonl "$RUNS/$name"/*.csv "$RUNS/$name"/*.svg "$OUT/logs/$name/" 2>/dev/null
     rm -rf "$RUNS/$name"
   fi
+  save_results
 done
 
 # tokens/s of each case after its first 10 steps, as PyTorch's --skip 10: PyTorch's JSON
@@ -140,11 +154,12 @@ print("|---|---|---|---|---|")
 for name, seconds, code, peak, idle in rows:
     log = open(f"{out}/logs/{name}.log", errors="replace").read()
     tokens = speed(name, log)
-    first = re.search(r"first step of this process done, ([0-9.]+ s)", log)
-    print(f"| {name} | {f'{tokens:.0f}' if tokens else '-'} | {peak} | {first.group(1) if first else '-'} | {code} |")
+    # The example's line: "first step of this process done in 4.1 s, 7.5 s after start".
+    first = re.search(r"first step of this process done in [0-9.]+ s, ([0-9.]+ s) after start", log)
+    print(f"| {name} | {f'{tokens:.0f}' if tokens else '-'} | {peak} | {first.group(1) + ' after start' if first else '-'} | {code} |")
 PY
 
-tar -C "$OUT" -czf "$OUT/results.tar.gz" logs && rm -rf "$OUT/logs"
-save_kernel_cache
-echo
+save_results
+echo "cache: $(find "$CACHE" -type f | wc -l) files, $(du -sh "$CACHE" | cut -f1); results in $RESULTS:"
+ls -la "$RESULTS"
 cat "$OUT/summary.tsv"

@@ -102,10 +102,11 @@ struct Args {
     attention: Gpt2Attention,
     /// MiB of transient score buffers one block of leanburn's attention may hold (about
     /// four `[batch, heads, rows, seq]` tensors): larger blocks are fewer, larger kernels.
-    /// Not counted by the memory estimate.
-    #[arg(long, default_value_t = (leanburn::backend::DEFAULT_ATTENTION_WORKSPACE_BYTES >> 20) as u64,
-        value_parser = clap::value_parser!(u64).range(1..))]
-    attention_workspace: u64,
+    /// Default: on CUDA with cuBLASLt, where the attention runs in blocks on its GEMMs, one
+    /// block per layer within a 32nd of the device's memory (1,536 MiB at gpt2-small
+    /// 8 × 1024); elsewhere 64. Not counted by the memory estimate.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    attention_workspace: Option<u64>,
     /// Round the vocabulary up to a multiple of this: default 64 on GPUs (50,304 rows,
     /// which their matmuls prefer), 1 on the CPU backend and software adapters.
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
@@ -180,7 +181,11 @@ fn run(args: Args, matches: &ArgMatches) -> Result<(), Failure> {
     let examples = args.select.config(steps, args.run.seed)?;
     let loss_chunk = memory::loss_chunk(&args, &backend, gpu, &config, batch, seq);
 
-    leanburn::backend::set_attention_workspace((args.attention_workspace as usize) << 20);
+    let workspace = args.attention_workspace.map_or_else(
+        || leanburn::device::default_attention_workspace(&backend, batch, config.heads, seq),
+        |mib| (mib as usize) << 20,
+    );
+    leanburn::backend::set_attention_workspace(workspace);
     memory::check_memory(&args, &backend, &config, &preset, batch, seq, loss_chunk)?;
     if args.warm_cache {
         // Every precision the backend computes in, or the one asked for.

@@ -89,7 +89,10 @@ pub use budget::{ConvBudget, InvalidBudget};
 pub use conv::{conv2d_plan, conv_transpose2d_plan, ChunkedConv, ConvPlan};
 pub use gelu::{exact_gelu, gelu_derivative, GeluOps};
 pub(crate) use gemm::gemm;
-pub use gemm::{f32_gemm, set_f32_gemm, set_vendor_gemm, vendor_gemm, F32Gemm, GemmOps, VendorGemm};
+pub use gemm::{
+    f32_gemm, gemm_order, set_f32_gemm, set_gemm_order, set_vendor_gemm, vendor_gemm, F32Gemm, GemmOps, GemmOrder,
+    VendorGemm,
+};
 pub use layer_norm::{layer_norm, LayerNormOps};
 pub use lm_head_loss::LmHeadLossOps;
 pub(crate) use lm_head_loss::{lm_head_loss_grads, lm_head_token_losses};

@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 
 #[cfg(feature = "cuda")]
 pub use capacity::cuda_total_memory;
-pub use capacity::{device_memory, largest_pool_page, total_host_memory};
+pub use capacity::{default_attention_workspace, device_memory, largest_pool_page, total_host_memory};
 pub use headless::quiet_headless_vulkan;
 pub use kernel_cache::{init_kernel_cache, KernelCache, KernelCacheError, KernelCacheSetup, CACHE_DIR_VAR};
 pub use pool::{init_memory_pool, PoolError, PoolLayout};
@@ -182,6 +182,13 @@ impl DeviceChoice {
         }
     }
 
+    /// The attention `Lean` trains with on the chosen device (blocks on the GEMMs where they
+    /// are cuBLASLt's, unless set otherwise: [`crate::backend::attention_path`]).
+    pub fn attention_path(&self) -> crate::backend::AttentionPath {
+        let cublaslt = matches!(crate::backend::vendor_gemm(), crate::backend::VendorGemm::CublasLt { .. });
+        crate::backend::attention_path(self.kind() == BackendKind::Cuda && cublaslt)
+    }
+
     /// Whether the chosen device has a memory pool that telemetry can read.
     pub fn has_device_memory(&self) -> bool {
         self.kind() != BackendKind::Cpu
@@ -213,7 +220,7 @@ impl fmt::Display for DeviceChoice {
                 f,
                 "backend cuda, device {ordinal}, {}, {}",
                 crate::backend::vendor_gemm(),
-                crate::backend::attention_path()
+                self.attention_path()
             )?,
             Chosen::Wgpu { adapter, .. } => write!(f, "backend wgpu, adapter {adapter}")?,
             Chosen::Cpu => f.write_str("backend cpu (flex)")?,

@@ -42,6 +42,7 @@ use burn_backend::{Backend, DType, TensorMetadata};
 pub use path::{attention_path, set_attention_path, AttentionPath};
 
 use super::conv::ChunkedConv;
+use super::GemmOps;
 use super::Lean;
 
 /// The default of [`attention_workspace`]: 64 MiB.
@@ -160,9 +161,11 @@ impl AttentionOps for NdArray {}
 /// Whether `Lean<B>` hands these inputs to `B`'s fused kernels: on
 /// [`AttentionPath::Kernels`] where `B` has kernels for them; otherwise it runs the blocks
 /// on its own ops, so that their products are [`GemmOps::gemm`](super::GemmOps::gemm)'s.
-fn on_kernels<B: AttentionOps>(query: &FloatTensor<B>, key: &FloatTensor<B>, value: &FloatTensor<B>) -> bool {
+fn on_kernels<B: AttentionOps + GemmOps>(query: &FloatTensor<B>, key: &FloatTensor<B>, value: &FloatTensor<B>) -> bool {
     let dims = |t: &FloatTensor<B>| t.shape().dims::<4>();
-    let fused = attention_path() == AttentionPath::Kernels && B::fused_attention(query.dtype(), dims(query)[3]);
+    let vendor_gemm = B::vendor_gemm(&B::float_device(query));
+    let fused =
+        attention_path(vendor_gemm) == AttentionPath::Kernels && B::fused_attention(query.dtype(), dims(query)[3]);
     kernel_inputs([dims(query), dims(key), dims(value)], [query.dtype(), key.dtype(), value.dtype()], fused)
 }
 
@@ -224,7 +227,9 @@ impl<B: ChunkedConv + AttentionOps> AttentionOps for Lean<B> {
     }
 
     fn fused_attention(dtype: DType, head_dim: usize) -> bool {
-        attention_path() == AttentionPath::Kernels && B::fused_attention(dtype, head_dim)
+        // No tensor here: the default device's GEMMs decide (all CUDA devices share one).
+        attention_path(B::vendor_gemm(&Default::default())) == AttentionPath::Kernels
+            && B::fused_attention(dtype, head_dim)
     }
 }
 

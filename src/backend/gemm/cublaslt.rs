@@ -2,10 +2,13 @@
 //!
 //! One call: the operands' layout ([`gemm_layout`], an operand copied contiguous only where
 //! its strides allow no layout), a contiguous output and the algorithm's workspace from
-//! CubeCL's pool, their device pointers (`get_resource`, offsets included), a wait for
-//! CubeCL's stream, `cublasLtMatmul` on this device's own stream, a wait for that. The
-//! descriptors and the heuristic's algorithm are kept per layout, type and pointer
-//! alignment, so a training step's GEMMs ask the heuristic once each.
+//! CubeCL's pool, their device pointers (`get_resource`, offsets included), then
+//! `cublasLtMatmul` on CubeCL's own stream (the patched cubecl-cuda's `GpuResource::stream`:
+//! ordered after the operands' producers and before the output's users, as a CubeCL kernel
+//! is), or, in [`GemmOrder::HostWaits`], a wait for CubeCL's stream, the product on this
+//! device's own stream and a wait for that. The descriptors and the heuristic's algorithm
+//! are kept per layout, type and pointer alignment, so a training step's GEMMs ask the
+//! heuristic once each.
 
 use std::any::Any;
 use std::collections::HashMap;
@@ -24,7 +27,7 @@ use cudarc::driver::result as driver;
 use cudarc::driver::sys as driver_sys;
 
 use super::layout::{gemm_layout, output_shape, GemmLayout, LayoutRefusal, Operand, View};
-use super::{f32_gemm, vendor_gemm_enabled, F32Gemm};
+use super::{f32_gemm, gemm_order, vendor_gemm_enabled, F32Gemm, GemmOrder};
 
 /// The most workspace one GEMM's algorithm may take (cuBLAS's recommendation for Hopper).
 const MAX_WORKSPACE_BYTES: usize = 32 << 20;
@@ -122,9 +125,26 @@ fn cuda_gemm(
         let resource = client.get_resource(handle.clone()).expect("cuBLASLt: CubeCL gives the workspace's address");
         (resource.resource().ptr, Some(resource))
     });
-    // CubeCL's stream has the operands' producers on it: wait for them.
-    cubecl::future::block_on(client.sync()).expect("CubeCL's stream failed before a cuBLASLt GEMM");
-    context.run(&plan, [a, b, d], workspace_ptr.0);
+    // The patched cubecl-cuda's `GpuResource::stream`: the stream CubeCL's kernels of this
+    // thread run on (null where unknown).
+    #[cfg(feature = "cuda-stream")]
+    let cubecl_stream = _d.resource().stream;
+    #[cfg(not(feature = "cuda-stream"))]
+    let cubecl_stream: driver_sys::CUstream = std::ptr::null_mut();
+    let on_cubecl_stream = gemm_order() == GemmOrder::CubeclStream && !cubecl_stream.is_null();
+    match on_cubecl_stream.then_some(cubecl_stream) {
+        // Enqueued after the operands' producers, before the output's users; the buffers
+        // (the workspace too) go back to CubeCL's pool for work on the same stream only.
+        Some(stream) => context.run(&plan, [a, b, d], workspace_ptr.0, stream),
+        None => {
+            // CubeCL's stream has the operands' producers on it: wait for them.
+            cubecl::future::block_on(client.sync()).expect("CubeCL's stream failed before a cuBLASLt GEMM");
+            context.run(&plan, [a, b, d], workspace_ptr.0, context.stream);
+            // SAFETY: the context's own stream, live for the life of the process.
+            unsafe { driver::stream::synchronize(context.stream) }
+                .unwrap_or_else(|err| panic!("a cuBLASLt GEMM failed: {err:?}"));
+        }
+    }
     Ok(output)
 }
 
@@ -245,13 +265,14 @@ impl DeviceContext {
         plan
     }
 
-    /// `D = op(A)·op(B)` at the device addresses `[a, b, d]`, waiting for it to finish.
-    fn run(&self, plan: &Plan, [a, b, d]: [u64; 3], workspace: u64) {
+    /// Enqueues `D = op(A)·op(B)` at the device addresses `[a, b, d]` on `stream`.
+    fn run(&self, plan: &Plan, [a, b, d]: [u64; 3], workspace: u64, stream: driver_sys::CUstream) {
         let (alpha, beta) = (1.0f32, 0.0f32);
         let [a_layout, b_layout, d_layout] = plan.layouts;
         // SAFETY: the addresses are live CubeCL buffers of the layouts' extents (held by the
         // caller until this returns), the workspace holds `plan.workspace` bytes, and the
-        // stream is synchronised before the buffers go back to CubeCL.
+        // caller orders the stream with every later use of the buffers (CubeCL's own stream,
+        // or a host wait).
         unsafe {
             driver::ctx::set_current(self.context).expect("cuCtxSetCurrent before a cuBLASLt GEMM");
             lt::matmul(
@@ -270,10 +291,9 @@ impl DeviceContext {
                 &plan.algo,
                 workspace as *mut c_void,
                 plan.workspace,
-                self.stream as sys::cudaStream_t,
+                stream as sys::cudaStream_t,
             )
             .unwrap_or_else(|err| panic!("cublasLtMatmul failed: {err:?}"));
-            driver::stream::synchronize(self.stream).unwrap_or_else(|err| panic!("a cuBLASLt GEMM failed: {err:?}"));
         }
     }
 }

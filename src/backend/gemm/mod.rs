@@ -11,10 +11,12 @@
 //! ([`set_vendor_gemm`], `LEANBURN_GEMM=cubecl`), and on every other backend, `gemm` is the
 //! backend's own `float_matmul`, as before.
 //!
-//! CubeCL 0.10 launches its kernels on a stream no public API returns, so each cuBLASLt
-//! call waits for CubeCL's stream, runs on a stream of its own and waits for that before
-//! it returns (two host synchronisations per GEMM; `docs/gpu.md` weighs the alternative,
-//! a patched cubecl-cuda).
+//! CubeCL 0.10 launches its kernels on a stream no public API returns. With the `cuda-stream`
+//! feature (default) the workspace's patched cubecl-cuda (`vendor/cubecl-cuda/PATCH.md`)
+//! says which, and cuBLASLt is enqueued on it like one of CubeCL's kernels: no host wait.
+//! Without it, or with `LEANBURN_GEMM_ORDER=host` ([`set_gemm_order`]), each call waits for
+//! CubeCL's stream, runs on a stream of its own and waits for that before it returns (two
+//! host synchronisations per GEMM: about a quarter of a gpt2-small step on an H200).
 
 mod cube;
 #[cfg(feature = "cuda")]
@@ -128,6 +130,42 @@ impl fmt::Display for F32Gemm {
 
 static VENDOR: Switch = Switch::unset();
 static STRICT: Switch = Switch::unset();
+static HOST_ORDER: Switch = Switch::unset();
+
+/// How a cuBLASLt GEMM is ordered with CubeCL's kernels.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum GemmOrder {
+    /// Enqueued on CubeCL's own stream (the patched cubecl-cuda says which): no host wait.
+    /// The default where the build has the `cuda-stream` feature.
+    CubeclStream,
+    /// A host wait for CubeCL's stream before, the GEMM on a stream of its own, a host wait
+    /// for that after (`LEANBURN_GEMM_ORDER=host`; the only order without `cuda-stream`).
+    HostWaits,
+}
+
+/// Sets how cuBLASLt GEMMs are ordered with CubeCL's kernels, process-wide; without the
+/// `cuda-stream` feature every order is [`GemmOrder::HostWaits`].
+pub fn set_gemm_order(order: GemmOrder) {
+    HOST_ORDER.set(order == GemmOrder::HostWaits);
+}
+
+/// How cuBLASLt GEMMs are ordered with CubeCL's kernels now.
+pub fn gemm_order() -> GemmOrder {
+    if cfg!(feature = "cuda-stream") && !HOST_ORDER.get(|| env_is("LEANBURN_GEMM_ORDER", "host")) {
+        GemmOrder::CubeclStream
+    } else {
+        GemmOrder::HostWaits
+    }
+}
+
+impl fmt::Display for GemmOrder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::CubeclStream => "on CubeCL's stream",
+            Self::HostWaits => "with host waits",
+        })
+    }
+}
 
 /// Turns the vendor's GEMM on or off for the whole process (default on; off when the
 /// environment has `LEANBURN_GEMM=cubecl`). Off, every GEMM is the backend's own matmul.
@@ -159,7 +197,7 @@ pub(crate) fn vendor_gemm_enabled() -> bool {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum VendorGemm {
     /// cuBLASLt, at this version (`cublasLtGetVersion`: 130002 is 13.0.2).
-    CublasLt { version: usize, f32: F32Gemm },
+    CublasLt { version: usize, f32: F32Gemm, order: GemmOrder },
     /// CubeCL's matmul, for this reason.
     CubeCl(String),
 }
@@ -167,9 +205,9 @@ pub enum VendorGemm {
 impl fmt::Display for VendorGemm {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Self::CublasLt { version, f32 } => write!(
+            Self::CublasLt { version, f32, order } => write!(
                 f,
-                "Lean's GEMMs on cuBLASLt {}.{}.{} (f32 as {f32})",
+                "Lean's GEMMs on cuBLASLt {}.{}.{} (f32 as {f32}, {order})",
                 version / 10_000,
                 version / 100 % 100,
                 version % 100
@@ -187,7 +225,7 @@ pub fn vendor_gemm() -> VendorGemm {
     #[cfg(feature = "cuda")]
     {
         match cublaslt::library() {
-            Ok(version) => VendorGemm::CublasLt { version: *version, f32: f32_gemm() },
+            Ok(version) => VendorGemm::CublasLt { version: *version, f32: f32_gemm(), order: gemm_order() },
             Err(why) => VendorGemm::CubeCl(why.clone()),
         }
     }
