@@ -21,6 +21,8 @@
 #                                         starts with parts): where a step's time goes
 #   full-cubecl:300:LEANBURN_GEMM=cubecl,--mode,full   a NAME=VALUE field sets the case's
 #                                         environment (here: CubeCL's matmul, not cuBLASLt)
+#   parts-prof:120:PROFILE=basic,--parts,step   PROFILE=LEVEL also turns on CubeCL's per-kernel
+#                                         profiling for that case (logs/NAME.profile)
 # With no CASE: gpt2-small, batch 8 × 1024, full mode, the same shapes on both sides, in
 # about seven minutes once the kernel cache is warm (a cold cache costs minutes per
 # precision: restore one, or warm it first with the example's --warm-cache):
@@ -100,6 +102,17 @@ for case in "$@"; do
   for field in "${fields[@]}"; do
     if [[ $field =~ ^[A-Z_][A-Z0-9_]*= ]]; then envs+=("$field"); else args+=("$field"); fi
   done
+  # PROFILE=LEVEL (a case field): the case runs where its cubecl.toml also turns on CubeCL's
+  # per-kernel profiling (minimal | basic | medium | full), logged to logs/NAME.profile.
+  dir=$WORK
+  for field in "${envs[@]}"; do
+    if [[ $field == PROFILE=* ]]; then
+      dir=$WORK-$name
+      mkdir -p "$dir"
+      { cat "$WORK/cubecl.toml"; printf '\n[profiling.logger]\nlevel = "%s"\nfile = "%s"\n' \
+        "${field#PROFILE=}" "$OUT/logs/$name.profile"; } >"$dir/cubecl.toml"
+    fi
+  done
   idle=$(used_mib)
   samples="$OUT/logs/$name.gpu-mem"
   nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 200 >"$samples" &
@@ -107,14 +120,14 @@ for case in "$@"; do
   started=$SECONDS
   echo "=== $name: ${envs[*]} ${args[*]}"
   if [[ $name == parts* ]]; then
-    (cd "$WORK" && env "${envs[@]}" timeout "$limit" "$ROOT/.gpu/gpt2_parts" --backend cuda --pytorch python3 \
+    (cd "$dir" && env "${envs[@]}" timeout "$limit" "$ROOT/.gpu/gpt2_parts" --backend cuda --pytorch python3 \
       --pytorch-script "$ROOT/benches/pytorch_gpt2_parts.py" "${args[@]}") \
       >"$OUT/logs/$name.log" 2>&1
   elif [[ $name == torch* ]]; then
     PYTHONUNBUFFERED=1 timeout "$limit" python3 benches/pytorch_gpt2.py --data .gpu/corpus.txt \
       --bpe .gpu/r50k_base.tiktoken --json-out "$OUT/logs/$name.json" "${args[@]}" >"$OUT/logs/$name.log" 2>&1
   else
-    (cd "$WORK" && env "${envs[@]}" timeout "$limit" "$ROOT/.gpu/gpt2_small_hybrid" --backend cuda --data "$ROOT/.gpu/corpus.txt" \
+    (cd "$dir" && env "${envs[@]}" timeout "$limit" "$ROOT/.gpu/gpt2_small_hybrid" --backend cuda --data "$ROOT/.gpu/corpus.txt" \
       --out "$RUNS/$name" --overwrite "${args[@]}") >"$OUT/logs/$name.log" 2>&1
   fi
   code=$?

@@ -104,7 +104,7 @@ struct Args {
     /// four `[batch, heads, rows, seq]` tensors): larger blocks are fewer, larger kernels.
     /// Default: on CUDA with cuBLASLt, where the attention runs in blocks on its GEMMs, one
     /// block per layer within a 32nd of the device's memory (1,536 MiB at gpt2-small
-    /// 8 × 1024); elsewhere 64. Not counted by the memory estimate.
+    /// 8 × 1024), added to the memory estimate; elsewhere 64 (the fused kernels hold none).
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     attention_workspace: Option<u64>,
     /// Round the vocabulary up to a multiple of this: default 64 on GPUs (50,304 rows,

@@ -1,10 +1,11 @@
 //! How much memory a GPT-2 run needs: the loss chunk chosen by default, the estimates
 //! printed at start, and the refusal of a run that cannot fit.
 
+use leanburn::backend::AttentionPath;
 use leanburn::device::{device_memory, largest_pool_page, BackendKind, DeviceChoice};
 use leanburn::memory::format_bytes;
 use leanburn::model::{
-    default_loss_chunk, Gpt2Config, Gpt2MemoryEstimate, Gpt2PoolReserve, LossChunkDevice, PoolPages,
+    default_loss_chunk, Gpt2Attention, Gpt2Config, Gpt2MemoryEstimate, Gpt2PoolReserve, LossChunkDevice, PoolPages,
 };
 
 use super::Args;
@@ -90,7 +91,14 @@ pub fn check_memory(
             eprintln!("  (with --loss-chunk {seq}: {})", format_bytes(chunked.total() as f64));
         }
     }
-    let needed = reserve.map_or(estimate.total(), |reserve| reserve.total());
+    let mut needed = reserve.map_or(estimate.total(), |reserve| reserve.total());
+    // The attention in blocks on cuBLASLt holds score-sized buffers the estimate leaves out.
+    let blocks = args.attention == Gpt2Attention::Lean && backend.attention_path() == AttentionPath::Gemm;
+    if blocks {
+        let workspace = leanburn::backend::attention_workspace() as u64;
+        eprintln!("  and the attention blocks' workspace: {}", format_bytes(workspace as f64));
+        needed += workspace;
+    }
     match device_memory(backend) {
         Some(capacity) if needed > capacity && !args.ignore_memory_estimate => Err(bad_input(format!(
             "this run needs about {} but the device has {}: lower --batch or --seq, {}or a smaller \
