@@ -27,7 +27,7 @@ use cudarc::driver::result as driver;
 use cudarc::driver::sys as driver_sys;
 
 use super::layout::{gemm_layout, output_shape, GemmLayout, LayoutRefusal, Operand, View};
-use super::{f32_gemm, gemm_order, vendor_gemm_enabled, F32Gemm, GemmOrder};
+use super::{f32_gemm, gemm_order, gemm_tuning, tune, vendor_gemm_enabled, F32Gemm, GemmOrder};
 
 /// The most workspace one GEMM's algorithm may take (cuBLAS's recommendation for Hopper).
 const MAX_WORKSPACE_BYTES: usize = 32 << 20;
@@ -117,14 +117,6 @@ fn cuda_gemm(
     let (d, _d) = pointer(&output);
     let kind = DataKind::of(dtype).expect("checked by the caller");
     let key = PlanKey { layout, kind, f32: f32_gemm(), align: [a, b, d].map(alignment) };
-    let context = device_context(device.index);
-    let mut context = context.lock().expect("a cuBLASLt call panicked on this device");
-    let plan = context.plan(&key);
-    let workspace = (plan.workspace > 0).then(|| client.empty(plan.workspace));
-    let workspace_ptr = workspace.as_ref().map_or((0, None), |handle| {
-        let resource = client.get_resource(handle.clone()).expect("cuBLASLt: CubeCL gives the workspace's address");
-        (resource.resource().ptr, Some(resource))
-    });
     // The patched cubecl-cuda's `GpuResource::stream`: the stream CubeCL's kernels of this
     // thread run on (null where unknown).
     #[cfg(feature = "cuda-stream")]
@@ -132,18 +124,31 @@ fn cuda_gemm(
     #[cfg(not(feature = "cuda-stream"))]
     let cubecl_stream: driver_sys::CUstream = std::ptr::null_mut();
     let on_cubecl_stream = gemm_order() == GemmOrder::CubeclStream && !cubecl_stream.is_null();
-    match on_cubecl_stream.then_some(cubecl_stream) {
-        // Enqueued after the operands' producers, before the output's users; the buffers
-        // (the workspace too) go back to CubeCL's pool for work on the same stream only.
-        Some(stream) => context.run(&plan, [a, b, d], workspace_ptr.0, stream),
-        None => {
-            // CubeCL's stream has the operands' producers on it: wait for them.
-            cubecl::future::block_on(client.sync()).expect("CubeCL's stream failed before a cuBLASLt GEMM");
-            context.run(&plan, [a, b, d], workspace_ptr.0, context.stream);
-            // SAFETY: the context's own stream, live for the life of the process.
-            unsafe { driver::stream::synchronize(context.stream) }
-                .unwrap_or_else(|err| panic!("a cuBLASLt GEMM failed: {err:?}"));
-        }
+    if !on_cubecl_stream {
+        // CubeCL's stream has the operands' producers on it: wait for them.
+        cubecl::future::block_on(client.sync()).expect("CubeCL's stream failed before a cuBLASLt GEMM");
+    }
+    let context = device_context(device.index);
+    let mut context = context.lock().expect("a cuBLASLt call panicked on this device");
+    // Enqueued after the operands' producers, before the output's users; the buffers (the
+    // workspace too) go back to CubeCL's pool for work on the same stream only.
+    let stream = if on_cubecl_stream { cubecl_stream } else { context.stream };
+    if gemm_tuning() && !context.plans.contains_key(&key) {
+        let scratch = client.empty(MAX_WORKSPACE_BYTES);
+        let scratch = client.get_resource(scratch).expect("cuBLASLt: CubeCL gives the workspace's address");
+        context.tune(&key, [a, b, d], scratch.resource().ptr, stream);
+    }
+    let plan = context.plan(&key);
+    let workspace = (plan.workspace > 0).then(|| client.empty(plan.workspace));
+    let workspace_ptr = workspace.as_ref().map_or((0, None), |handle| {
+        let resource = client.get_resource(handle.clone()).expect("cuBLASLt: CubeCL gives the workspace's address");
+        (resource.resource().ptr, Some(resource))
+    });
+    context.run(&plan, [a, b, d], workspace_ptr.0, stream);
+    if !on_cubecl_stream {
+        // SAFETY: the context's own stream, live for the life of the process.
+        unsafe { driver::stream::synchronize(context.stream) }
+            .unwrap_or_else(|err| panic!("a cuBLASLt GEMM failed: {err:?}"));
     }
     Ok(output)
 }
@@ -258,11 +263,30 @@ impl DeviceContext {
             return plan.clone();
         }
         // SAFETY: the descriptors are created and set with the sizes of the values given.
-        let plan = unsafe { make_plan(self.handle, key) }
+        let (plan, _) = unsafe { make_plan(self.handle, key, 1) }
             .unwrap_or_else(|err| panic!("cuBLASLt has no algorithm for {key:?}: {err:?}"));
         let plan = Arc::new(plan);
         self.plans.insert(key.clone(), plan.clone());
         plan
+    }
+
+    /// Makes `key`'s plan with the fastest of the heuristic's candidates, each timed on
+    /// `stream` at the live addresses `[a, b, d]` (`d` is overwritten) with `scratch`
+    /// ([`MAX_WORKSPACE_BYTES`]) as its workspace.
+    fn tune(&mut self, key: &PlanKey, [a, b, d]: [u64; 3], scratch: u64, stream: driver_sys::CUstream) {
+        // SAFETY: as in `plan`.
+        let (mut plan, candidates) = unsafe { make_plan(self.handle, key, TUNE_CANDIDATES) }
+            .unwrap_or_else(|err| panic!("cuBLASLt has no algorithm for {key:?}: {err:?}"));
+        let candidates: Vec<_> = candidates.into_iter().filter(|c| c.workspaceSize <= MAX_WORKSPACE_BYTES).collect();
+        let fastest = tune::fastest(candidates.len(), stream, |i| {
+            let trial = Plan { algo: candidates[i].algo, workspace: candidates[i].workspaceSize, ..plan };
+            self.run(&trial, [a, b, d], scratch, stream);
+        });
+        if let Some(fastest) = fastest {
+            plan.algo = candidates[fastest].algo;
+            plan.workspace = candidates[fastest].workspaceSize;
+        }
+        self.plans.insert(key.clone(), Arc::new(plan));
     }
 
     /// Enqueues `D = op(A)·op(B)` at the device addresses `[a, b, d]` on `stream`.
@@ -298,8 +322,16 @@ impl DeviceContext {
     }
 }
 
-/// Creates `key`'s descriptors and asks the heuristic for its best algorithm.
-unsafe fn make_plan(handle: sys::cublasLtHandle_t, key: &PlanKey) -> Result<Plan, lt::CublasError> {
+/// How many of the heuristic's candidates [`DeviceContext::tune`] times.
+const TUNE_CANDIDATES: usize = 8;
+
+/// Creates `key`'s descriptors and asks the heuristic for up to `count` algorithms, best
+/// first: the plan with the first, and all of them.
+unsafe fn make_plan(
+    handle: sys::cublasLtHandle_t,
+    key: &PlanKey,
+    count: usize,
+) -> Result<(Plan, Vec<sys::cublasLtMatmulHeuristicResult_t>), lt::CublasError> {
     use sys::cublasLtMatmulDescAttributes_t as Desc;
     use sys::cublasLtMatmulPreferenceAttributes_t as Pref;
     let layout = &key.layout;
@@ -329,10 +361,30 @@ unsafe fn make_plan(handle: sys::cublasLtHandle_t, key: &PlanKey) -> Result<Plan
     for (attribute, bytes) in alignments {
         set(|buf, size| lt::set_matmul_pref_attribute(preference, attribute, buf, size), &bytes)?;
     }
-    let heuristic = lt::get_matmul_algo_heuristic(handle, desc, a, b, d, d, preference);
+    let mut results = vec![core::mem::zeroed::<sys::cublasLtMatmulHeuristicResult_t>(); count];
+    let mut found = 0;
+    let asked = sys::cublasLtMatmulAlgoGetHeuristic(
+        handle,
+        desc,
+        a,
+        b,
+        d,
+        d,
+        preference,
+        count as i32,
+        results.as_mut_ptr(),
+        &mut found,
+    )
+    .result();
     lt::destroy_matmul_pref(preference)?;
-    let heuristic = heuristic?;
-    Ok(Plan { desc, layouts: [a, b, d], algo: heuristic.algo, workspace: heuristic.workspaceSize })
+    asked?;
+    results.truncate(found.max(0) as usize);
+    results.retain(|result| result.state == sys::cublasStatus_t::CUBLAS_STATUS_SUCCESS);
+    let Some(first) = results.first() else {
+        return Err(lt::CublasError(sys::cublasStatus_t::CUBLAS_STATUS_NOT_SUPPORTED));
+    };
+    let plan = Plan { desc, layouts: [a, b, d], algo: first.algo, workspace: first.workspaceSize };
+    Ok((plan, results))
 }
 
 /// One operand's matrix layout, batched where `batch > 1`.

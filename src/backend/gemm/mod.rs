@@ -25,6 +25,8 @@ mod fused;
 pub(crate) mod layout;
 #[cfg(test)]
 mod tests;
+#[cfg(feature = "cuda")]
+mod tune;
 
 use core::fmt;
 
@@ -131,6 +133,13 @@ impl fmt::Display for F32Gemm {
 static VENDOR: Switch = Switch::unset();
 static STRICT: Switch = Switch::unset();
 static HOST_ORDER: Switch = Switch::unset();
+static TUNE: Switch = Switch::unset();
+
+/// Whether a new cuBLASLt plan times the heuristic's candidates and keeps the fastest
+/// (`LEANBURN_GEMM_TUNE=1`; off by default, the heuristic's first choice: not yet measured).
+pub(crate) fn gemm_tuning() -> bool {
+    TUNE.get(|| env_is("LEANBURN_GEMM_TUNE", "1"))
+}
 
 /// How a cuBLASLt GEMM is ordered with CubeCL's kernels.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
