@@ -24,7 +24,12 @@
 //! - `step.forward` (the loss, as `HybridTrainer` computes it), `step.backward`,
 //!   `step.optimizer` (AdamW, weight decay 0.1, the gradient norm clipped at 1): one full
 //!   step of the model with the device synced between the three; `step` the same step
-//!   without those syncs. f32 only (`--precision bf16` times the GEMMs and the attention).
+//!   without those syncs; `step.host` the time until that unsynced step's last call
+//!   returned, before the sync: a step whose host time is close to its synced time keeps the
+//!   device waiting on the host (Burn's autodiff graph, the fuser, the launches), one whose
+//!   host time is far below it is the device's (a lower bound: ops the fuser still holds
+//!   are launched in the sync). f32 only (`--precision bf16` times the
+//!   GEMMs and the attention).
 //!   Before timing, leanburn's LayerNorm and one clipped AdamW step are compared with
 //!   Burn's (`checks.rs`): a wrong kernel on a new device shows as a number.
 //!
@@ -411,7 +416,7 @@ fn step<B: TrainBackend>(
     let mut model = Some(model);
     let batch = || host.to_device::<B>(device);
     let sync = || B::sync(device).expect("device sync");
-    let mut samples: [Vec<f64>; 4] = Default::default();
+    let mut samples: [Vec<f64>; 5] = Default::default();
     for rep in 0..timer.warmup + timer.reps {
         let current = model.take().expect("the model is put back every step");
         sync();
@@ -432,6 +437,7 @@ fn step<B: TrainBackend>(
         let grads = next.forward_loss(batch()).backward();
         let grads = GradientsParams::from_grads(grads, &next);
         let next = optimizer.step(1e-4, next, grads);
+        let queued = unsplit.elapsed();
         sync();
         let unsplit = unsplit.elapsed();
         if rep >= timer.warmup {
@@ -440,12 +446,13 @@ fn step<B: TrainBackend>(
             samples[1].push(ms(backward - forward));
             samples[2].push(ms(whole_split - backward));
             samples[3].push(ms(unsplit));
+            samples[4].push(ms(queued));
         }
         progress("step", rep, timer, started);
         model = Some(next);
     }
     for (name, samples) in
-        ["step.forward", "step.backward", "step.optimizer", "step"].into_iter().zip(samples.iter_mut())
+        ["step.forward", "step.backward", "step.optimizer", "step", "step.host"].into_iter().zip(samples.iter_mut())
     {
         parts.insert(name.into(), Timing { calls: 1, ms: median(samples), flops: None });
     }

@@ -9,7 +9,9 @@ run, printed as one JSON line `{part: {"calls", "ms", "flops"}}` (ms per call).
   forward and backward of `out.sum()`;
 - step.forward, step.backward, step.optimizer (gradient norm clipped at 1, AdamW), each
   synchronised, and step, the same without synchronisation between them: the model and
-  optimizer of `benches/pytorch_gpt2.py` with the full logits.
+  optimizer of `benches/pytorch_gpt2.py` with the full logits; step.host, the time until
+  that unsynchronised step's last call returned, before the sync (a step whose host time
+  is close to its synced time keeps the GPU waiting on the host).
 
 --precision: f32 (strict), tf32 (TF32 matmuls) or bf16 (tensors in bf16 for the GEMMs and
 the attention; autocast for the step).
@@ -96,7 +98,7 @@ def main():
         ids = (torch.arange(a.batch * (seq + 1), device=dev) * 7919 + 13) % VOCAB
         windows = ids.view(a.batch, seq + 1)
         x, y = windows[:, :-1], windows[:, 1:]
-        samples = {"step.forward": [], "step.backward": [], "step.optimizer": [], "step": []}
+        samples = {"step.forward": [], "step.backward": [], "step.optimizer": [], "step": [], "step.host": []}
 
         def forward():
             with torch.autocast(a.device, dtype=torch.bfloat16, enabled=a.precision == "bf16"):
@@ -121,11 +123,12 @@ def main():
             t3 = time.perf_counter()
             forward().backward()
             update()
+            queued = time.perf_counter()
             sync()
             t4 = time.perf_counter()
             if rep >= a.warmup:
                 for name, ms in (("step.forward", t1 - t0), ("step.backward", t2 - t1),
-                                 ("step.optimizer", t3 - t2), ("step", t4 - t3)):
+                                 ("step.optimizer", t3 - t2), ("step", t4 - t3), ("step.host", queued - t3)):
                     samples[name].append(ms * 1e3)
         for name, values in samples.items():
             values.sort()

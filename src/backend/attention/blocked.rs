@@ -195,8 +195,10 @@ fn block_rows<B: Backend>(tensor: &Tensor<B, 4>, block: Block) -> Tensor<B, 4> {
     tensor.clone().slice([0..batch, 0..heads, block.rows(), 0..n])
 }
 
-/// `sum` plus `part` added to its first `part.dims()[2]` rows along dim 2.
-fn add_to_first_keys<B: Backend>(sum: Tensor<B, 4>, part: Tensor<B, 4>) -> Tensor<B, 4> {
+/// `sum` plus `part` added to its first `part.dims()[2]` rows along dim 2; `part` itself
+/// where there is no sum yet (it then covers all the keys: see [`backward`]).
+fn add_to_first_keys<B: Backend>(sum: Option<Tensor<B, 4>>, part: Tensor<B, 4>) -> Tensor<B, 4> {
+    let Some(sum) = sum else { return part };
     let [batch, heads, keys, dim] = part.dims();
     if keys == sum.dims()[2] {
         return sum + part;
@@ -204,6 +206,14 @@ fn add_to_first_keys<B: Backend>(sum: Tensor<B, 4>, part: Tensor<B, 4>) -> Tenso
     let ranges = [0..batch, 0..heads, 0..keys, 0..dim];
     let head = sum.clone().slice(ranges.clone()) + part;
     sum.slice_assign(ranges, head)
+}
+
+/// The blocks' rows joined along dim 2 (the one block itself: no copy).
+fn concat<B: Backend>(mut parts: Vec<Tensor<B, 4>>) -> Tensor<B, 4> {
+    match parts.len() {
+        1 => parts.pop().expect("one part"),
+        _ => Tensor::cat(parts, 2),
+    }
 }
 
 /// The attention output `[b, h, queries, head_dim]` (the inputs' type) and each query
@@ -226,7 +236,7 @@ pub(crate) fn forward<B: AttentionOps>(
         outputs.push(probabilities.matmul(seen_keys(&value, block)));
         lse.push(block_lse);
     }
-    (Tensor::cat(outputs, 2), Tensor::cat(lse, 2))
+    (concat(outputs), concat(lse))
 }
 
 /// The gradients of query, key and value given the output's gradient, recomputing each
@@ -248,11 +258,12 @@ pub(crate) fn backward<B: AttentionOps>(
     let grad = to_dtype(grad, dtype);
     // D = rowsum(dO ∘ O): the softmax's backward term, per query row.
     let delta = (to_f32(grad.clone()) * to_f32(output)).sum_dim(3);
-    // Summed over the blocks in f32.
-    let mut grad_key = to_f32(key.zeros_like());
-    let mut grad_value = to_f32(value.zeros_like());
+    // Summed over the blocks in f32, from the last block: it sees every key (causal blocks
+    // see more keys the later they come), so its parts start the sums without a zeroed
+    // buffer to add them to.
+    let (mut grad_key, mut grad_value) = (None, None);
     let mut grad_query = Vec::new();
-    for &block in blocks {
+    for &block in blocks.iter().rev() {
         let grad_block = block_rows(&grad, block);
         let grad_probabilities = grad_block.clone().matmul(seen_keys(&value, block).swap_dims(2, 3));
         let (probabilities, grad_scores) = block_softmax_grad(
@@ -263,15 +274,17 @@ pub(crate) fn backward<B: AttentionOps>(
             diagonal(block, queries, keys, causal),
         );
         let grad_value_part = probabilities.swap_dims(2, 3).matmul(grad_block);
-        grad_value = add_to_first_keys(grad_value, to_f32(grad_value_part));
+        grad_value = Some(add_to_first_keys(grad_value, to_f32(grad_value_part)));
         // s = (scale·q)·kᵀ: ds/dk = scale·q (the scaled query), ds/dq = scale·k (the
         // scale applied once, to the whole query gradient).
         grad_query.push(grad_scores.clone().matmul(seen_keys(&key, block)));
         let grad_key_part = grad_scores.swap_dims(2, 3).matmul(block_rows(&scaled, block));
-        grad_key = add_to_first_keys(grad_key, to_f32(grad_key_part));
+        grad_key = Some(add_to_first_keys(grad_key, to_f32(grad_key_part)));
     }
-    let grad_query = Tensor::cat(grad_query, 2).mul_scalar(scale);
-    (grad_query, to_dtype(grad_key, dtype), to_dtype(grad_value, dtype))
+    grad_query.reverse();
+    let grad_query = concat(grad_query).mul_scalar(scale);
+    let sum = |grad: Option<Tensor<B, 4>>| to_dtype(grad.expect("at least one block"), dtype);
+    (grad_query, sum(grad_key), sum(grad_value))
 }
 
 fn tensor<B: Backend>(primitive: FloatTensor<B>) -> Tensor<B, 4> {
