@@ -13,7 +13,9 @@
 //! - ten `HybridTrainer` full steps with leanburn's `ClippedAdamW` (on wgpu its one-kernel
 //!   update; on Flex and ndarray the same update composed of tensor ops): each step's loss
 //!   within [`STEP_LOSS`] relative, the final weights within [`FINAL_WEIGHTS`]; on Flex
-//!   also `GlobalNormClipping` around Burn's own AdamW.
+//!   also `GlobalNormClipping` around Burn's own AdamW. On ndarray where its reciprocals
+//!   are 12-bit estimates (x86 below AVX-512), step 0's gradients within
+//!   [`GRADIENT_APPROXIMATE_RECIP`] and the ten steps by their losses only.
 //!
 //! Controls, each a change the comparison must catch: Burn's own GELU, whose backward on
 //! ndarray and the CubeCL backends is the tanh approximation's derivative; weight decay
@@ -47,6 +49,14 @@ const LOGITS: f64 = 1e-5;
 const LOSS: f64 = 1e-5;
 /// Each gradient: largest difference over the tensor's largest magnitude.
 const GRADIENT: f64 = 1e-4;
+/// Each gradient on ndarray where its reciprocals are approximate. Burn's autodiff takes a
+/// quotient's gradient through `float_recip`, which ndarray computes with macerator's SIMD
+/// `recip`: on x86 below AVX-512 (macerator's `v4`) that is `_mm256_rcp_ps` / `_mm_rcp_ps`,
+/// relative error up to 1.5·2⁻¹² ≈ 3.7e-4 (AVX-512's `_mm512_rcp14_ps`: 2⁻¹⁴ ≈ 6.1e-5).
+/// Measured on an AMD EPYC with AVX2 and no AVX-512 (2026-11-28): the worst gradient
+/// 3.81e-4 (every one 1.1e-4 to 3.8e-4, where Flex's are all under 3e-5); the control,
+/// Burn's GELU, 1.17e-3 there.
+const GRADIENT_APPROXIMATE_RECIP: f64 = 7e-4;
 /// Each of the ten training losses, relative.
 const STEP_LOSS: f64 = 1e-4;
 /// The weights after ten steps: largest difference over the tensor's largest magnitude.
@@ -190,22 +200,44 @@ impl<B: TrainBackend + MemoryProbe> Steps<'_, B> {
     }
 }
 
-fn assert_step0(backend: &str, got: &Step0) {
+/// The gradient tolerance on ndarray: [`GRADIENT_APPROXIMATE_RECIP`] where macerator
+/// computes reciprocals with a 12-bit estimate (x86 without AVX-512's F, BW, CD, DQ and
+/// VL), else [`GRADIENT`].
+fn ndarray_gradient_tolerance() -> f64 {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let v4 = std::arch::is_x86_feature_detected!("avx512f")
+            && std::arch::is_x86_feature_detected!("avx512bw")
+            && std::arch::is_x86_feature_detected!("avx512cd")
+            && std::arch::is_x86_feature_detected!("avx512dq")
+            && std::arch::is_x86_feature_detected!("avx512vl");
+        if !v4 {
+            return GRADIENT_APPROXIMATE_RECIP;
+        }
+    }
+    GRADIENT
+}
+
+fn assert_step0(backend: &str, got: &Step0, gradient: f64) {
     assert!(got.logits <= LOGITS, "{backend}: logits off by {:.2e} (tolerance {LOGITS:.0e})", got.logits);
     assert!(got.loss <= LOSS, "{backend}: loss off by {:.2e} relative (tolerance {LOSS:.0e})", got.loss);
     let (error, path) = &got.gradient;
-    assert!(*error <= GRADIENT, "{backend}: gradient of {path} off by {error:.2e} (tolerance {GRADIENT:.0e})");
+    assert!(*error <= gradient, "{backend}: gradient of {path} off by {error:.2e} (tolerance {gradient:.0e})");
 }
 
 /// Step 0 with the full logits and with the fused loss in chunks of 24 of the 64 tokens.
 fn check_step0<B: TrainBackend>(backend: &str, device: &B::Device) {
+    check_step0_within::<B>(backend, GRADIENT, device);
+}
+
+fn check_step0_within<B: TrainBackend>(backend: &str, gradient: f64, device: &B::Device) {
     for chunk in [None, Some(24)] {
         let got = step0::<B>(Variant::AsReference, chunk, device);
         eprintln!(
             "{backend}, loss chunk {chunk:?}: logits {:.2e}, loss {:.2e}, worst gradient {:.2e} ({})",
             got.logits, got.loss, got.gradient.0, got.gradient.1
         );
-        assert_step0(&format!("{backend}, loss chunk {chunk:?}"), &got);
+        assert_step0(&format!("{backend}, loss chunk {chunk:?}"), &got, gradient);
     }
 }
 
@@ -227,10 +259,24 @@ fn flex_matches_pytorch() {
     check_training_with::<Autodiff<Flex>>("flex", Variant::BurnAdamW, &Default::default());
 }
 
+/// On a CPU where ndarray's reciprocals are approximate ([`GRADIENT_APPROXIMATE_RECIP`]),
+/// step 0 is judged at that tolerance and the ten steps by their losses only: AdamW's
+/// update `m / √v` does not depend on a gradient's scale, so the gradients' 12-bit
+/// quotients move the weights of near-zero gradients by up to the learning rate a step
+/// (final weights 9.5e-3 off on the AMD EPYC above, where twice the weight decay, the
+/// control, reads 1.4e-2). Elsewhere, the same checks as Flex's.
 #[test]
 fn ndarray_matches_pytorch() {
-    check_step0::<Autodiff<NdArray>>("ndarray", &Default::default());
-    check_training::<Autodiff<NdArray>>("ndarray", &Default::default());
+    let device = Default::default();
+    let tolerance = ndarray_gradient_tolerance();
+    check_step0_within::<Autodiff<NdArray>>("ndarray", tolerance, &device);
+    if tolerance == GRADIENT {
+        check_training::<Autodiff<NdArray>>("ndarray", &device);
+        return;
+    }
+    let (step_loss, weights) = training::<Autodiff<NdArray>>(Variant::AsReference, &device);
+    eprintln!("ndarray, approximate reciprocals: ten steps: worst loss {step_loss:.2e}, final weights {weights:.2e} (not judged)");
+    assert!(step_loss <= STEP_LOSS, "ndarray: a training loss is off by {step_loss:.2e} (tolerance {STEP_LOSS:.0e})");
 }
 
 #[test]
@@ -245,7 +291,7 @@ fn wgpu_matches_pytorch() {
 }
 
 /// The controls: on ndarray, whose `gelu_backward` is Burn's default, Burn's GELU puts a
-/// gradient past the tolerance; twice the weight decay, or Burn's per-tensor clipping, put
+/// gradient past the tolerance (ndarray's, the one its parity case is judged by); twice the weight decay, or Burn's per-tensor clipping, put
 /// the ten steps past theirs.
 #[test]
 fn the_comparison_catches_a_wrong_gelu_derivative_weight_decay_or_clipping() {
@@ -253,7 +299,8 @@ fn the_comparison_catches_a_wrong_gelu_derivative_weight_decay_or_clipping() {
     let device = Default::default();
     let gelu = step0::<B>(Variant::BurnGelu, None, &device);
     eprintln!("Burn's GELU on ndarray: worst gradient {:.2e} ({})", gelu.gradient.0, gelu.gradient.1);
-    assert!(gelu.gradient.0 > GRADIENT, "Burn's tanh-derivative GELU passed: {:.2e}", gelu.gradient.0);
+    let tolerance = ndarray_gradient_tolerance();
+    assert!(gelu.gradient.0 > tolerance, "Burn's tanh-derivative GELU passed: {:.2e}", gelu.gradient.0);
     for variant in [Variant::DoubleWeightDecay, Variant::PerTensorClipping] {
         let (step_loss, weights) = training::<B>(variant, &device);
         eprintln!("{variant:?}: worst loss {step_loss:.2e}, final weights {weights:.2e}");
