@@ -43,6 +43,10 @@ else
   echo "test.sh: clippy is not installed (rustup component add clippy); lints not checked" >&2
 fi
 
+# CubeCL's autotune results for the tests' shapes (tests/autotune, scripts/autotune_seed.sh):
+# a fresh machine then tunes only shapes the seed lacks, not every one (docs/ci.md).
+bash scripts/autotune_seed.sh copy
+
 mapfile -t targets < <(sed -n 's/^ *Executable tests\/.* (.*\/deps\/\(.*\)-[0-9a-f]*)$/\1/p' "$build_log" | sort -u)
 for t in "${device_lane[@]}"; do
   printf '%s\n' "${targets[@]}" | grep -qx "$t" || { echo "test.sh: no test target named $t" >&2; exit 1; }

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# The test suite's autotune seed: CubeCL's autotune results for the shapes the tests run on
+# llvmpipe, kept in `tests/autotune/` so that a fresh machine (CI's) does not compile and time
+# every candidate kernel of every matmul, reduction and fused kernel anew (most of a cold
+# run's time; docs/ci.md).
+#
+#   bash scripts/autotune_seed.sh copy      adds the seed's files that target/autotune lacks
+#                                           (never overwrites a machine's own results);
+#                                           scripts/test.sh runs this before the tests
+#   bash scripts/autotune_seed.sh refresh   replaces the seed with target/autotune
+#
+# To make the seed anew (after the tests' shapes or CubeCL's version changed):
+#   rm -rf target/autotune tests/autotune && bash scripts/test.sh && bash scripts/autotune_seed.sh refresh
+#
+# The seed only says which candidate each shape runs; every test still checks the kernels
+# that run. A shape missing from it is tuned as before; a CubeCL version other than the
+# seed's reads another directory and tunes everything.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+seed=tests/autotune
+cache=target/autotune
+
+case "${1:-}" in
+  copy)
+    [ -d "$seed" ] || { echo "autotune_seed: no $seed; nothing to copy"; exit 0; }
+    copied=0
+    kept=0
+    while IFS= read -r -d '' file; do
+      to="$cache/${file#"$seed"/}"
+      if [ -e "$to" ]; then
+        kept=$((kept + 1))
+      else
+        mkdir -p "$(dirname "$to")"
+        cp "$file" "$to"
+        copied=$((copied + 1))
+      fi
+    done < <(find "$seed" -type f -name '*.json.log' -print0)
+    echo "autotune_seed: $copied seed files copied into $cache, $kept already there kept"
+    ;;
+  refresh)
+    [ -d "$cache" ] || { echo "autotune_seed: no $cache: run the tests first" >&2; exit 1; }
+    rm -rf "$seed"
+    mkdir -p "$seed"
+    cp -R "$cache/." "$seed/"
+    echo "autotune_seed: $seed now holds $(cat "$seed"/*/*/*.json.log | wc -l) results"
+    ;;
+  *)
+    echo "usage: bash scripts/autotune_seed.sh copy|refresh" >&2
+    exit 2
+    ;;
+esac
