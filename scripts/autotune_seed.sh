@@ -8,6 +8,8 @@
 #                                           (never overwrites a machine's own results);
 #                                           scripts/test.sh runs this before the tests
 #   bash scripts/autotune_seed.sh refresh   replaces the seed with target/autotune
+#   bash scripts/autotune_seed.sh report    counts the results in target/autotune that the
+#                                           seed lacks; scripts/test.sh runs this last
 #
 # To make the seed anew (after the tests' shapes or CubeCL's version changed):
 #   rm -rf target/autotune tests/autotune && bash scripts/test.sh && bash scripts/autotune_seed.sh refresh
@@ -45,8 +47,19 @@ case "${1:-}" in
     cp -R "$cache/." "$seed/"
     echo "autotune_seed: $seed now holds $(cat "$seed"/*/*/*.json.log | wc -l) results"
     ;;
+  report)
+    # Results in target/autotune that the seed lacks: shapes this machine had to tune.
+    [ -d "$seed" ] && [ -d "$cache" ] || exit 0
+    extra=$(comm -13 <(find "$seed" -type f -name '*.json.log' -exec cat {} + | sort) \
+      <(find "$cache" -type f -name '*.json.log' -exec cat {} + | sort) | grep -c . || true)
+    if [ "$extra" -eq 0 ]; then
+      echo "autotune_seed: every tuned shape came from the seed"
+    else
+      echo "autotune_seed: $extra results in $cache are not in the seed (tuned here, or this machine's own); a new test's shapes? make the seed anew: see scripts/autotune_seed.sh"
+    fi
+    ;;
   *)
-    echo "usage: bash scripts/autotune_seed.sh copy|refresh" >&2
+    echo "usage: bash scripts/autotune_seed.sh copy|refresh|report" >&2
     exit 2
     ;;
 esac

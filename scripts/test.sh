@@ -77,5 +77,7 @@ device_status=$?
 lane doc --doc "${extra[@]}"
 doc_status=$?
 
+bash scripts/autotune_seed.sh report
+
 echo "test.sh: exit status fmt ${fmt_status}, clippy ${clippy_status}, device ${device_status}, suite ${suite_status}, doc ${doc_status}"
 [ "$fmt_status" -eq 0 ] && [ "$clippy_status" -eq 0 ] && [ "$device_status" -eq 0 ] && [ "$suite_status" -eq 0 ] && [ "$doc_status" -eq 0 ]
