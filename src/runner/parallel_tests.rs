@@ -294,7 +294,9 @@ fn run_in_dir(
 #[test]
 fn a_resumed_run_restores_every_replica_and_continues_as_if_uninterrupted() {
     let model = crate::init::materialize(Regressor::<Train>::new(&DEVICE));
-    let whole = run_in_dir(&model, scratch("whole"), StartMode::Fresh, 9, Breaks::Never).expect("uninterrupted run");
+    let whole_out = scratch("whole");
+    let whole = run_in_dir(&model, whole_out.clone(), StartMode::Fresh, 9, Breaks::Never).expect("uninterrupted run");
+    let _ = std::fs::remove_dir_all(whole_out);
     assert_eq!(whole[0], whole[1]);
 
     let out = scratch("resumed");
