@@ -16,6 +16,13 @@
 # Exit status: non-zero when the formatting, the lints, the build or any test failed;
 # every lane runs to its end.
 # Extra arguments go to the test binaries (after `--`), e.g. `bash scripts/test.sh --nocapture`.
+#
+# `LEANBURN_TEST_TIMES=N` also times each test of the two lanes (libtest's `--report-time`;
+# the device lane then runs one test at a time, which its lock mostly did already) and
+# prints the N slowest at the end: where a lane's time goes, test by test (docs/ci.md).
+# `--report-time` is unstable; libtest takes it where `RUSTC_BOOTSTRAP` is set, which is
+# set for the test binaries alone, through cargo's runner: set for cargo, it would rebuild
+# every crate (the variable is part of each build's fingerprint).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -58,19 +65,33 @@ done
 device_args=()
 for t in "${device_lane[@]}"; do device_args+=(--test "$t"); done
 
-# One lane: cargo's output, each line tagged as it comes.
+times_log=$(mktemp)
+trap 'rm -f "$build_log" "$times_log"' EXIT
+
+# One lane: cargo's output, each line tagged as it comes (and kept, when tests are timed).
 lane() {
   local tag=$1
   shift
-  cargo test --workspace --no-fail-fast "$@" 2>&1 | sed -u "s/^/[$tag] /"
+  cargo test --workspace --no-fail-fast "$@" 2>&1 | sed -u "s/^/[$tag] /" | tee -a "$times_log"
   return "${PIPESTATUS[0]}"
 }
 
 extra=()
 (($#)) && extra=(-- "$@")
-lane device "${device_args[@]}" "${extra[@]}" &
+device_extra=("${extra[@]}")
+suite_extra=("${extra[@]}")
+slowest=${LEANBURN_TEST_TIMES:-0}
+if [ "$slowest" -gt 0 ] 2>/dev/null; then
+  host=$(rustc -vV | sed -n 's/^host: //p' | tr 'a-z-' 'A-Z_')
+  export "CARGO_TARGET_${host}_RUNNER=env RUSTC_BOOTSTRAP=1"
+  suite_extra=(-- -Zunstable-options --report-time "$@")
+  # The device lane's tests take turns at one lock, and libtest's clock starts before the
+  # wait: one at a time, each test's time is its own.
+  device_extra=(-- -Zunstable-options --report-time --test-threads=1 "$@")
+fi
+lane device "${device_args[@]}" "${device_extra[@]}" &
 device_pid=$!
-lane suite "${suite_args[@]}" "${extra[@]}"
+lane suite "${suite_args[@]}" "${suite_extra[@]}"
 suite_status=$?
 wait "$device_pid"
 device_status=$?
@@ -78,6 +99,12 @@ lane doc --doc "${extra[@]}"
 doc_status=$?
 
 bash scripts/autotune_seed.sh report
+
+if [ "$slowest" -gt 0 ] 2>/dev/null; then
+  echo "test.sh: the $slowest slowest tests (seconds; both lanes ran at once, so each shares the cores)"
+  sed -n 's/^\[\([a-z]*\)\] test \(.*\) \.\.\. .* <\([0-9.]*\)s>$/\3 [\1] \2/p' "$times_log" |
+    sort -rn | head -n "$slowest" | awk '{ printf "test.sh: %8.1f  %s\n", $1, substr($0, index($0, " ") + 1) }'
+fi
 
 echo "test.sh: exit status fmt ${fmt_status}, clippy ${clippy_status}, device ${device_status}, suite ${suite_status}, doc ${doc_status}"
 [ "$fmt_status" -eq 0 ] && [ "$clippy_status" -eq 0 ] && [ "$device_status" -eq 0 ] && [ "$suite_status" -eq 0 ] && [ "$doc_status" -eq 0 ]
