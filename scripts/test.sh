@@ -102,7 +102,7 @@ bash scripts/autotune_seed.sh report
 
 if [ "$slowest" -gt 0 ] 2>/dev/null; then
   echo "test.sh: the $slowest slowest tests (seconds; both lanes ran at once, so each shares the cores)"
-  sed -n 's/^\[\([a-z]*\)\] test \(.*\) \.\.\. .* <\([0-9.]*\)s>$/\3 [\1] \2/p' "$times_log" |
+  sed -n 's/^\[\(device\|suite\)\] test \(.*\) \.\.\. .* <\([0-9.]*\)s>$/\3 [\1] \2/p' "$times_log" |
     sort -rn | head -n "$slowest" | awk '{ printf "test.sh: %8.1f  %s\n", $1, substr($0, index($0, " ") + 1) }'
 fi
 
