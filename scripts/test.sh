@@ -65,23 +65,18 @@ done
 device_args=()
 for t in "${device_lane[@]}"; do device_args+=(--test "$t"); done
 
-times_log=$(mktemp)
-trap 'rm -f "$build_log" "$times_log"' EXIT
-
-# One lane: cargo's output, each line tagged as it comes (and kept, when tests are timed).
-lane() {
-  local tag=$1
-  shift
-  cargo test --workspace --no-fail-fast "$@" 2>&1 | sed -u "s/^/[$tag] /" | tee -a "$times_log"
-  return "${PIPESTATUS[0]}"
-}
-
 extra=()
 (($#)) && extra=(-- "$@")
+
+# With LEANBURN_TEST_TIMES set, the lanes' output is kept for the slowest-tests list.
+timed=0
+times_log=/dev/null
 device_extra=("${extra[@]}")
 suite_extra=("${extra[@]}")
-slowest=${LEANBURN_TEST_TIMES:-0}
-if [ "$slowest" -gt 0 ] 2>/dev/null; then
+if [ "${LEANBURN_TEST_TIMES:-0}" -gt 0 ] 2>/dev/null; then
+  timed=1
+  times_log=$(mktemp)
+  trap 'rm -f "$build_log" "$times_log"' EXIT
   host=$(rustc -vV | sed -n 's/^host: //p' | tr 'a-z-' 'A-Z_')
   export "CARGO_TARGET_${host}_RUNNER=env RUSTC_BOOTSTRAP=1"
   suite_extra=(-- -Zunstable-options --report-time "$@")
@@ -89,6 +84,15 @@ if [ "$slowest" -gt 0 ] 2>/dev/null; then
   # wait: one at a time, each test's time is its own.
   device_extra=(-- -Zunstable-options --report-time --test-threads=1 "$@")
 fi
+
+# One lane: cargo's output, each line tagged as it comes.
+lane() {
+  local tag=$1
+  shift
+  cargo test --workspace --no-fail-fast "$@" 2>&1 | sed -u "s/^/[$tag] /" | tee -a "$times_log"
+  return "${PIPESTATUS[0]}"
+}
+
 lane device "${device_args[@]}" "${device_extra[@]}" &
 device_pid=$!
 lane suite "${suite_args[@]}" "${suite_extra[@]}"
@@ -100,10 +104,10 @@ doc_status=$?
 
 bash scripts/autotune_seed.sh report
 
-if [ "$slowest" -gt 0 ] 2>/dev/null; then
-  echo "test.sh: the $slowest slowest tests (seconds; both lanes ran at once, so each shares the cores)"
+if ((timed)); then
+  echo "test.sh: the $LEANBURN_TEST_TIMES slowest tests (seconds; both lanes ran at once, so each shares the cores)"
   sed -n 's/^\[\(device\|suite\)\] test \(.*\) \.\.\. .* <\([0-9.]*\)s>$/\3 [\1] \2/p' "$times_log" |
-    sort -rn | head -n "$slowest" | awk '{ printf "test.sh: %8.1f  %s\n", $1, substr($0, index($0, " ") + 1) }'
+    sort -rn | head -n "$LEANBURN_TEST_TIMES" | awk '{ printf "test.sh: %8.1f  %s\n", $1, substr($0, index($0, " ") + 1) }'
 fi
 
 echo "test.sh: exit status fmt ${fmt_status}, clippy ${clippy_status}, device ${device_status}, suite ${suite_status}, doc ${doc_status}"
