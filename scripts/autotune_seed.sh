@@ -7,7 +7,11 @@
 #   bash scripts/autotune_seed.sh copy      adds the seed's files that target/autotune lacks
 #                                           (never overwrites a machine's own results);
 #                                           scripts/test.sh runs this before the tests
-#   bash scripts/autotune_seed.sh refresh   replaces the seed with target/autotune
+#   bash scripts/autotune_seed.sh refresh   replaces the seed with target/autotune, then
+#                                           runs `prefer` on it
+#   bash scripts/autotune_seed.sh prefer    makes each matmul result of the seed choose the
+#                                           candidate with the smallest kernel where it was
+#                                           measured (below); needs jq
 #   bash scripts/autotune_seed.sh report    counts the results in target/autotune that the
 #                                           seed lacks; scripts/test.sh runs this last
 #
@@ -15,7 +19,13 @@
 #   rm -rf target/autotune tests/autotune && bash scripts/test.sh && bash scripts/autotune_seed.sh refresh
 #
 # The seed only says which candidate each shape runs; every test still checks the kernels
-# that run. A shape missing from it is tuned as before; a CubeCL version other than the
+# that run. For CubeCL's matmul it does not keep the candidate that ran fastest on
+# llvmpipe: `prefer` makes every result whose measurements include the simple unit matmul
+# with the largest register tile (`matmul_simple_unit_max_tile_size`) choose that one. On
+# llvmpipe a test's matmul runs in microseconds and compiles in seconds, and the usual
+# winner, the same matmul with the smallest tile, unrolls into about 10,000 lines of WGSL
+# against about 1,800 (docs/ci.md, "The seed's matmul choice"). Every candidate computes the
+# same product; users' machines tune for themselves and never read the seed. A shape missing from it is tuned as before; a CubeCL version other than the
 # seed's reads another directory and tunes everything.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -46,6 +56,20 @@ case "${1:-}" in
     mkdir -p "$seed"
     cp -R "$cache/." "$seed/"
     echo "autotune_seed: $seed now holds $(cat "$seed"/*/*/*.json.log | wc -l) results"
+    bash "$0" prefer
+    ;;
+  prefer)
+    command -v jq >/dev/null || { echo "autotune_seed: prefer needs jq" >&2; exit 1; }
+    want=matmul_simple_unit_max_tile_size
+    changed=0
+    while IFS= read -r -d '' file; do
+      before=$(cat "$file")
+      jq -c --arg want "$want" '
+        ([.value.results[].outcome.Ok? // empty | select(.name == $want) | .index] | first) as $index
+        | if $index == null then . else .value.fastest_index = $index end' <<<"$before" >"$file"
+      changed=$((changed + $(diff <(echo "$before") "$file" | grep -c '^>' || true)))
+    done < <(find "$seed" -type f -name 'burn_cubecl-kernel-matmul-tune-base.json.log' -print0)
+    echo "autotune_seed: $changed matmul results in $seed changed to $want"
     ;;
   report)
     # Results in target/autotune that the seed lacks: shapes this machine had to tune.
@@ -59,7 +83,7 @@ case "${1:-}" in
     fi
     ;;
   *)
-    echo "usage: bash scripts/autotune_seed.sh copy|refresh|report" >&2
+    echo "usage: bash scripts/autotune_seed.sh copy|refresh|prefer|report" >&2
     exit 2
     ;;
 esac
