@@ -10,8 +10,9 @@
 #   bash scripts/autotune_seed.sh refresh   replaces the seed with target/autotune, then
 #                                           runs `prefer` on it
 #   bash scripts/autotune_seed.sh prefer    makes each matmul result of the seed choose the
-#                                           candidate with the smallest kernel where it was
-#                                           measured (below); needs jq
+#                                           simple unit matmul with the largest tile (the
+#                                           smallest kernel) where it was measured (below);
+#                                           needs jq
 #   bash scripts/autotune_seed.sh report    counts the results in target/autotune that the
 #                                           seed lacks; scripts/test.sh runs this last
 #
@@ -25,8 +26,9 @@
 # llvmpipe a test's matmul runs in microseconds and compiles in seconds, and the usual
 # winner, the same matmul with the smallest tile, unrolls into about 10,000 lines of WGSL
 # against about 1,800 (docs/ci.md, "The seed's matmul choice"). Every candidate computes the
-# same product; users' machines tune for themselves and never read the seed. A shape missing from it is tuned as before; a CubeCL version other than the
-# seed's reads another directory and tunes everything.
+# same product; users' machines tune for themselves and never read the seed. A shape
+# missing from the seed is tuned as before; a CubeCL version other than the seed's reads
+# another directory and tunes everything.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
