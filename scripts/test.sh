@@ -5,13 +5,16 @@
 # The binaries whose tests hold the one device lock (`tests/common::exclusive_device`) run
 # their tests one at a time, mostly compiling kernels on one core; they run in the `device`
 # lane while every other test target (unit tests, the other integration tests, of every
-# workspace member) runs in the `suite` lane. Doc tests run last. Every line is tagged with
-# its lane (`[device] `, `[suite] `), so `.ci/run` can time each binary.
+# workspace member) runs in the `suite` lane, followed by the doc tests and the lints
+# (`cargo clippy --workspace --all-targets -- -D warnings`), which so run beside the device
+# lane's last minutes, when its one long binary leaves part of a core idle, instead of
+# before both lanes: clippy checks every dependency anew (a build's artifacts are not a
+# check's). Every line is tagged with its lane (`[device] `, `[suite] `, `[doc] `,
+# `[lint] `), so `.ci/run` can time each binary.
 #
-# First it checks the formatting (`cargo fmt --all --check`, rustfmt.toml); after the build,
-# the lints (`cargo clippy --workspace --all-targets -- -D warnings`, which reuses the
-# build). Each runs where its tool is installed (rustup is asked for it once), and says so
-# where it is not.
+# First it checks the formatting (`cargo fmt --all --check`, rustfmt.toml). The formatting
+# and the lints are checked where their tool is installed (rustup is asked for clippy once),
+# and the script says so where it is not.
 #
 # Exit status: non-zero when the formatting, the lints, the build or any test failed;
 # every lane runs to its end.
@@ -41,14 +44,6 @@ build_log=$(mktemp)
 trap 'rm -f "$build_log"' EXIT
 cargo test --workspace --no-fail-fast --no-run 2>&1 | tee "$build_log"
 [ "${PIPESTATUS[0]}" -eq 0 ] || exit 1
-
-clippy_status=0
-cargo clippy --version >/dev/null 2>&1 || timeout 120 rustup component add clippy >/dev/null 2>&1
-if cargo clippy --version >/dev/null 2>&1; then
-  cargo clippy --workspace --all-targets -- -D warnings || { clippy_status=$?; echo "test.sh: clippy found warnings" >&2; }
-else
-  echo "test.sh: clippy is not installed (rustup component add clippy); lints not checked" >&2
-fi
 
 # CubeCL's autotune results for the tests' shapes (tests/autotune, scripts/autotune_seed.sh):
 # a fresh machine then tunes only shapes the seed lacks, not every one (docs/ci.md).
@@ -93,14 +88,30 @@ lane() {
   return "${PIPESTATUS[0]}"
 }
 
+# The lints, tagged like a lane; sets clippy_status.
+lints() {
+  clippy_status=0
+  cargo clippy --version >/dev/null 2>&1 || timeout 120 rustup component add clippy >/dev/null 2>&1
+  if ! cargo clippy --version >/dev/null 2>&1; then
+    echo "test.sh: clippy is not installed (rustup component add clippy); lints not checked" >&2
+    return
+  fi
+  local start=$SECONDS
+  cargo clippy --workspace --all-targets -- -D warnings 2>&1 | sed -u "s/^/[lint] /"
+  clippy_status=${PIPESTATUS[0]}
+  ((clippy_status == 0)) || echo "test.sh: clippy found warnings" >&2
+  echo "test.sh: clippy took $((SECONDS - start)) s"
+}
+
 lane device "${device_args[@]}" "${device_extra[@]}" &
 device_pid=$!
 lane suite "${suite_args[@]}" "${suite_extra[@]}"
 suite_status=$?
-wait "$device_pid"
-device_status=$?
 lane doc --doc "${extra[@]}"
 doc_status=$?
+lints
+wait "$device_pid"
+device_status=$?
 
 bash scripts/autotune_seed.sh report
 
