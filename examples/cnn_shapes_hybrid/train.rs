@@ -103,63 +103,15 @@ impl Plan {
         let start = args.run.start(args.lr, steps, &args.execution, &args.average, selection)?;
         let mut trainer = start_trainer(model, AdamConfig::new().init(), &start, &self.dir, device.clone(), replica)?;
         let replicas = replica.map_or(1, |replica| replica.replicas());
-        let resolution = self.resolution;
-        let header = |first: usize| {
-            format!(
-                "training a {parameters}-parameter {} on {} for steps {}..{steps} ({} mode): \
-                 batch {} of {resolution}×{resolution} images{}{}, {}{}{}",
-                self.config.describe(),
-                B::name(&device),
-                first + 1,
-                args.run.mode.name(),
-                args.batch,
-                match replicas {
-                    1 => String::new(),
-                    n => format!(" on each of {n} replicas (effective batch {})", args.batch as usize * n),
-                },
-                match args.execution.accum {
-                    1 => String::new(),
-                    k => format!(" × {k} micro-batches (effective batch {})", args.batch * k),
-                },
-                match args.conv {
-                    ConvPath::Lean => format!("{}-MiB conv workspace", ConvBudget::current().bytes() >> 20),
-                    ConvPath::Stock => "stock Burn convolutions".to_string(),
-                },
-                args.execution.describe_checkpointing(),
-                args.execution.describe_precision(),
-            )
-        };
+        let on = B::name(&device);
+        let header = |first: usize| self.header(parameters, &on, replicas, first);
         let settings = run_settings(steps, args.eval_every, args.run.checkpoint_every, trainer.config().warmup_steps);
         // Each replica draws its own images; replica 0 the stream a one-device run draws.
         let rank = replica.map_or(0, |replica| replica.rank()) as u64;
-        let seed = args.run.seed.wrapping_add(rank.wrapping_mul(0x9e37_79b9_7f4a_7c15));
-        let batch = args.batch as usize;
-        let mut info_batch = None;
-        let source = match &self.images {
-            Some(images) => {
-                let sampler = IdxSampler::new(images.clone(), batch, seed).map_err(|e| bad_input(e.to_string()))?;
-                let sampler = match args.info_batch {
-                    0.0 => sampler,
-                    prune => {
-                        let anneal_step = Some((args.info_batch_anneal * steps as f64).round() as usize);
-                        sampler
-                            .with_info_batch(InfoBatchConfig { prune, anneal_step })
-                            .map_err(|e| bad_input(format!("--info-batch: {e}")))?
-                    }
-                };
-                let sampler = Arc::new(Mutex::new(sampler));
-                if args.info_batch > 0.0 {
-                    trainer = trainer.with_example_feedback(Arc::clone(&sampler));
-                    info_batch = Some(Arc::clone(&sampler));
-                }
-                Source::Idx(sampler)
-            }
-            None => Source::Shapes(
-                ShapeSampler::new(resolution, batch, seed)
-                    .map_err(|e| bad_input(e.to_string()))?
-                    .with_noise(args.noise),
-            ),
-        };
+        let (source, info_batch) = self.source(args.run.seed.wrapping_add(rank.wrapping_mul(0x9e37_79b9_7f4a_7c15)))?;
+        if let Some(sampler) = &info_batch {
+            trainer = trainer.with_example_feedback(Arc::clone(sampler));
+        }
         let to_device = |batch: ImageBatch| batch.into_device::<B>(&device);
         let validate = |model: &M| {
             let evaluation = evaluate(&model.valid(), self.validation.iter().map(|b| b.to_device(&device)).collect());
@@ -170,8 +122,8 @@ impl Plan {
             return Ok(None);
         }
         let on = match replicas {
-            1 => B::name(&device),
-            n => format!("{n} replicas on {}", B::name(&device)),
+            1 => on,
+            n => format!("{n} replicas on {on}"),
         };
         let task = match &args.data {
             Some(dir) => format!("the IDX images in {}", dir.display()),
@@ -179,19 +131,73 @@ impl Plan {
         };
         let title = format!("{} on {task} ({} mode) on {on}", self.config.describe(), args.run.mode.name());
         let mut summary = summary(&title, &outcome, &self.dir, "images");
-        if let Some(sampler) = info_batch {
-            let sampler = sampler.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-            if let Some(count) = sampler.info_batch().map(|books| books.count()) {
-                summary.push_str(&format!(
-                    "\nInfoBatch: {} of the {} images of {} epochs left out ({:.0}%), {} epochs pruned",
-                    count.left_out,
-                    count.examples,
-                    count.epochs,
-                    100.0 * count.left_out_share(),
-                    count.pruned_epochs,
-                ));
-            }
+        if let Some(line) = info_batch.and_then(|sampler| info_batch_line(&sampler)) {
+            summary.push_str(&line);
         }
         Ok(Some((summary, outcome)))
     }
+
+    /// The line a run starts with, after `first` steps.
+    fn header(&self, parameters: usize, on: &str, replicas: usize, first: usize) -> String {
+        let args = &self.args;
+        let resolution = self.resolution;
+        format!(
+            "training a {parameters}-parameter {} on {on} for steps {}..{} ({} mode): \
+             batch {} of {resolution}×{resolution} images{}{}, {}{}{}",
+            self.config.describe(),
+            first + 1,
+            args.steps,
+            args.run.mode.name(),
+            args.batch,
+            match replicas {
+                1 => String::new(),
+                n => format!(" on each of {n} replicas (effective batch {})", args.batch as usize * n),
+            },
+            match args.execution.accum {
+                1 => String::new(),
+                k => format!(" × {k} micro-batches (effective batch {})", args.batch * k),
+            },
+            match args.conv {
+                ConvPath::Lean => format!("{}-MiB conv workspace", ConvBudget::current().bytes() >> 20),
+                ConvPath::Stock => "stock Burn convolutions".to_string(),
+            },
+            args.execution.describe_checkpointing(),
+            args.execution.describe_precision(),
+        )
+    }
+
+    /// The batches drawn with `seed`: the IDX images (with InfoBatch's sampler, also
+    /// returned, where `--info-batch` prunes), or generated shapes.
+    fn source(&self, seed: u64) -> Result<(Source, Option<Arc<Mutex<IdxSampler>>>), Failure> {
+        let args = &self.args;
+        let batch = args.batch as usize;
+        let Some(images) = &self.images else {
+            let sampler = ShapeSampler::new(self.resolution, batch, seed).map_err(|e| bad_input(e.to_string()))?;
+            return Ok((Source::Shapes(sampler.with_noise(args.noise)), None));
+        };
+        let sampler = IdxSampler::new(images.clone(), batch, seed).map_err(|e| bad_input(e.to_string()))?;
+        if args.info_batch == 0.0 {
+            return Ok((Source::Idx(Arc::new(Mutex::new(sampler))), None));
+        }
+        let anneal_step = Some((args.info_batch_anneal * args.steps as f64).round() as usize);
+        let sampler = sampler
+            .with_info_batch(InfoBatchConfig { prune: args.info_batch, anneal_step })
+            .map_err(|e| bad_input(format!("--info-batch: {e}")))?;
+        let sampler = Arc::new(Mutex::new(sampler));
+        Ok((Source::Idx(Arc::clone(&sampler)), Some(sampler)))
+    }
+}
+
+/// What InfoBatch left out over the run, as a line of the summary.
+fn info_batch_line(sampler: &Mutex<IdxSampler>) -> Option<String> {
+    let sampler = sampler.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let count = sampler.info_batch().map(|books| books.count())?;
+    Some(format!(
+        "\nInfoBatch: {} of the {} images of {} epochs left out ({:.0}%), {} epochs pruned",
+        count.left_out,
+        count.examples,
+        count.epochs,
+        100.0 * count.left_out_share(),
+        count.pruned_epochs,
+    ))
 }

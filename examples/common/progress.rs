@@ -181,7 +181,7 @@ fn pace(outcome: &RunOutcome, item: &str) -> String {
     let done = FIRST_STEP_DONE.get().map_or(String::new(), |s| format!(", done {s:.1} s after start"));
     format!(
         "{steady} {item}/s after the first step ({overall}); the first step of this process took {:.1} s \
-         (compiling and tuning its kernels){done}",
+         (on a GPU mostly compiling and tuning its kernels){done}",
         first.seconds
     )
 }

@@ -99,16 +99,19 @@ pub fn check_memory(
         eprintln!("  and the attention blocks' workspace: {}", format_bytes(workspace as f64));
         needed += workspace;
     }
+    // `device_memory` reads a GPU's own memory on CUDA, the host's where the tensors live
+    // there (the CPU backend, a software Vulkan adapter).
+    let memory = if backend.kind() == BackendKind::Cuda { "device memory" } else { "host memory" };
     match device_memory(backend) {
         Some(capacity) if needed > capacity && !args.ignore_memory_estimate => Err(bad_input(format!(
-            "this run needs about {} but the device has {}: lower --batch or --seq, {}or a smaller \
+            "this run needs about {} but the {memory} is {}: lower --batch or --seq, {}or a smaller \
              --preset (--ignore-memory-estimate starts anyway)",
             format_bytes(needed as f64),
             format_bytes(capacity as f64),
             if loss_chunk.is_none() { format!("pass --loss-chunk {}, ", seq.min(256)) } else { String::new() },
         ))),
         Some(capacity) => {
-            eprintln!("  device memory: {}", format_bytes(capacity as f64));
+            eprintln!("  {memory}: {}", format_bytes(capacity as f64));
             Ok(())
         }
         None => Ok(()),

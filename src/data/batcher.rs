@@ -11,8 +11,8 @@ use burn::tensor::backend::AutodiffBackend;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
-use super::dataset::Split;
 use super::error::DataError;
+use super::split::Split;
 use crate::trainer::{HybridBatch, SelectableBatch};
 
 /// Draws batches of windows at random offsets of a token slice, reproducibly from a seed.

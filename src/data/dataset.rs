@@ -1,26 +1,7 @@
 //! A tokenized corpus split into a training and a validation part, both on the host.
 
-use std::fmt;
-
 use super::error::DataError;
-
-/// Which part of a [`TokenDataset`] a window comes from.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Split {
-    /// The training tokens (the start of the corpus).
-    Train,
-    /// The held-out validation tokens (the end of the corpus).
-    Validation,
-}
-
-impl fmt::Display for Split {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Split::Train => "train",
-            Split::Validation => "validation",
-        })
-    }
-}
+use super::split::Split;
 
 /// The token stream of a corpus, cut once into a training part and the validation part
 /// that follows it. Contiguous (not shuffled), so no validation window overlaps a

@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use super::dataset::Split;
+use super::split::Split;
 
 /// An error of the data pipeline.
 #[derive(Debug, thiserror::Error)]

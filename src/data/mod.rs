@@ -38,14 +38,16 @@ mod fingerprint;
 mod idx;
 mod info_batch;
 mod shapes;
+mod split;
 mod tokenizer;
 
 pub use batcher::{evaluation_windows, HostBatch, TokenBatch, WindowSampler};
 pub use corpus::{cargo_registry_dir, Corpus, CorpusSource};
-pub use dataset::{Split, TokenDataset};
+pub use dataset::TokenDataset;
 pub use error::DataError;
 pub use fingerprint::CorpusFingerprint;
 pub use idx::{IdxImages, IdxSampler};
 pub use info_batch::{InfoBatch, InfoBatchConfig, InfoBatchCount};
 pub use shapes::{shapes_dataset, shapes_validation, ImageBatch, ShapeBatcher, ShapeKind, ShapeSampler, SHAPE_CLASSES};
+pub use split::Split;
 pub use tokenizer::{Gpt2Tokenizer, END_OF_TEXT, GPT2_VOCAB_SIZE};

@@ -15,21 +15,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use super::probe::{MemoryProbe, MemorySample};
-
-/// Reads one stream's pool from any thread, without syncing it (see
-/// [`MemoryProbe::pool_reader`]).
-pub struct PoolReader(Box<dyn Fn() -> Option<MemorySample> + Send>);
-
-impl PoolReader {
-    pub fn new(read: impl Fn() -> Option<MemorySample> + Send + 'static) -> Self {
-        Self(Box::new(read))
-    }
-
-    pub fn read(&self) -> Option<MemorySample> {
-        (self.0)()
-    }
-}
+use super::probe::{MemoryProbe, PoolReader};
 
 /// The highest readings between two calls of [`InStepPeak::take`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]

@@ -16,11 +16,11 @@ mod report;
 mod tracker;
 
 pub use host::{process_memory, HostMemory};
-pub use in_step::{InStepPeak, InStepReading, PoolReader};
+pub use in_step::{InStepPeak, InStepReading};
 pub use leak::{LeakDetector, LeakReport, LeakVerdict};
 pub use monitor::MemoryMonitor;
 pub use pool_health::{PoolHealth, PoolVerdict, DEFAULT_BLOAT_RATIO, DEFAULT_MIN_EXCESS, DEFAULT_PATIENCE};
-pub use probe::{trim, MemoryProbe, MemorySample, TrimReport};
+pub use probe::{trim, MemoryProbe, MemorySample, PoolReader, TrimReport};
 pub use report::MemoryReport;
 pub use tracker::PeakTracker;
 

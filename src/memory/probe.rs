@@ -9,8 +9,6 @@ use cubecl::stream_id::StreamId;
 use cubecl::MemoryUsage;
 use serde::{Deserialize, Serialize};
 
-use super::in_step::PoolReader;
-
 /// One reading of a device memory pool.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MemorySample {
@@ -29,6 +27,20 @@ impl From<MemoryUsage> for MemorySample {
             bytes_reserved: usage.bytes_reserved,
             allocations: usage.number_allocs,
         }
+    }
+}
+
+/// Reads one stream's pool from any thread, without syncing it (see
+/// [`MemoryProbe::pool_reader`]).
+pub struct PoolReader(Box<dyn Fn() -> Option<MemorySample> + Send>);
+
+impl PoolReader {
+    pub fn new(read: impl Fn() -> Option<MemorySample> + Send + 'static) -> Self {
+        Self(Box::new(read))
+    }
+
+    pub fn read(&self) -> Option<MemorySample> {
+        (self.0)()
     }
 }
 

@@ -32,6 +32,7 @@ mod event;
 mod outcome;
 mod parallel;
 mod run;
+mod run_loop;
 mod settings;
 mod source;
 mod stop;

@@ -29,7 +29,7 @@ use super::selection::feedback::{weighed_step, ExampleFeedback, Feedback};
 use super::selection::pick::{select_examples, Selector};
 use super::selection::{ExampleLosses, SelectableBatch, SelectionConfig};
 use super::step::{ForwardLoss, HybridBatch, HybridModel};
-use super::steps::InStepSampling;
+use super::steps::in_step::InStepSampling;
 use crate::memory::MemoryProbe;
 
 /// Alternates full training steps with predicted ones; see the [module docs](super).

@@ -8,8 +8,9 @@ use burn::module::AutodiffModule;
 use burn::optim::Optimizer;
 use burn::tensor::backend::AutodiffBackend;
 use burn::train::{
-    EventProcessorTraining, InferenceStep, Learner, LearnerEvent, LearningComponentsMarker, SupervisedLearningStrategy,
-    SupervisedTrainingEventProcessor, TrainLoader, TrainStep, TrainingComponents, TrainingItem, ValidLoader,
+    EventProcessorTraining, InferenceStep, Interrupter, Learner, LearnerEvent, LearningComponentsMarker,
+    SupervisedLearningStrategy, SupervisedTrainingEventProcessor, TrainLoader, TrainStep, TrainingComponents,
+    TrainingItem, ValidLoader,
 };
 
 use super::telemetry::StepTelemetry;
@@ -70,7 +71,14 @@ impl<B: AutodiffBackend, O> HybridStrategy<B, O> {
         self.telemetry.clone()
     }
 
-    fn trainer<M, T>(&self, model: M, resume: bool) -> Result<HybridTrainer<B, M, O, T>, TrainerError>
+    /// The trainer of `model`, resumed from its newest checkpoint where burn-train resumes;
+    /// burn-train's `grads_accumulation(n)`, when set, overrides the accumulation.
+    fn trainer<M, T>(
+        &self,
+        model: M,
+        resume: bool,
+        accumulation: Option<usize>,
+    ) -> Result<HybridTrainer<B, M, O, T>, TrainerError>
     where
         B: MemoryProbe,
         M: HybridModel<B, T>,
@@ -87,7 +95,83 @@ impl<B: AutodiffBackend, O> HybridStrategy<B, O> {
         let optimizer = self.optimizer.clone();
         let (config, lr, device) = (self.config.clone(), self.lr.clone(), self.device.clone());
         let trainer = HybridTrainer::start(model, optimizer, config, lr, device, resume_from)?;
-        Ok(trainer.with_execution(self.execution)?.with_train_outputs())
+        let execution = accumulation.map_or(self.execution, |steps| self.execution.with_accumulation_steps(steps));
+        Ok(trainer.with_execution(execution)?.with_train_outputs())
+    }
+
+    /// One epoch of full and predicted steps over `train`, in groups of micro-batches (a
+    /// short last group is left out): burn-train's event for every step that kept its
+    /// output; a batch with a non-finite loss skipped, any other error stops training.
+    fn train_epoch<LR, M, T>(
+        &self,
+        trainer: &mut HybridTrainer<B, M, O, T>,
+        train: &TrainLoader<LearningComponentsMarker<B, LR, M, O>>,
+        global: &Progress,
+        events: &mut SupervisedTrainingEventProcessor<LearningComponentsMarker<B, LR, M, O>>,
+        interrupter: &Interrupter,
+    ) where
+        B: MemoryProbe,
+        LR: LrScheduler + 'static,
+        M: HybridModel<B, T> + TrainStep<Input = T> + AutodiffModule<B> + core::fmt::Display + 'static,
+        M::InnerModule: InferenceStep,
+        O: Optimizer<M, B> + 'static,
+        T: HybridBatch<B>,
+    {
+        let micro_batches = trainer.execution().accumulation_steps;
+        let mut batches = train.iter();
+        let mut iteration = 0;
+        while !interrupter.should_stop() {
+            let group: Vec<T> = batches.by_ref().take(micro_batches).collect();
+            if group.len() < micro_batches {
+                break;
+            }
+            iteration += 1;
+            let progress = batches.progress();
+            match trainer.step_accumulated(group) {
+                Ok(record) => {
+                    self.telemetry.observe(&record);
+                    if let Some(output) = trainer.take_train_output() {
+                        let item =
+                            TrainingItem::new(output, progress, global.clone(), Some(iteration), Some(record.lr));
+                        events.process_train(LearnerEvent::ProcessedItem(item));
+                    }
+                }
+                Err(err @ TrainerError::NonFiniteLoss { .. }) => {
+                    tracing::warn!(%err, "batch skipped");
+                }
+                Err(err) => {
+                    tracing::error!(%err, "training stopped");
+                    interrupter.stop(Some(&format!("HybridStrategy: {err}")));
+                }
+            }
+        }
+    }
+}
+
+/// One pass of the inner `model` (no autodiff graph) over `valid`: burn-train's event for
+/// every batch.
+fn validate_epoch<B, LR, M, O>(
+    model: &M::InnerModule,
+    valid: &ValidLoader<LearningComponentsMarker<B, LR, M, O>>,
+    global: &Progress,
+    events: &mut SupervisedTrainingEventProcessor<LearningComponentsMarker<B, LR, M, O>>,
+    interrupter: &Interrupter,
+) where
+    B: AutodiffBackend,
+    LR: LrScheduler + 'static,
+    M: TrainStep + AutodiffModule<B> + core::fmt::Display + 'static,
+    M::InnerModule: InferenceStep,
+    O: Optimizer<M, B> + 'static,
+{
+    let mut batches = valid.iter();
+    let mut iteration = 0;
+    while let Some(batch) = batches.next() {
+        iteration += 1;
+        let item = TrainingItem::new(model.step(batch), batches.progress(), global.clone(), Some(iteration), None);
+        events.process_valid(LearnerEvent::ProcessedItem(item));
+        if interrupter.should_stop() {
+            break;
+        }
     }
 }
 
@@ -121,67 +205,26 @@ where
         let train = train.to_device(&self.device);
         let valid = valid.to_device(&self.device);
         learner.fork(&self.device);
-        let mut trainer = match self.trainer(learner.model(), starting_epoch > 1) {
+        let mut trainer = match self.trainer(learner.model(), starting_epoch > 1, grad_accumulation) {
             Ok(trainer) => trainer,
             // `fit` cannot return an error: a trainer that cannot be built is a setup mistake.
             Err(err) => panic!("HybridStrategy: cannot start the trainer: {err}"),
         };
-        if let Some(accumulation) = grad_accumulation {
-            let execution = self.execution.with_accumulation_steps(accumulation);
-            trainer = trainer.with_execution(execution).unwrap_or_else(|err| panic!("HybridStrategy: {err}"));
-        }
-        let micro_batches = trainer.execution().accumulation_steps;
-
         for epoch in starting_epoch..=num_epochs {
             let global = Progress::new(epoch, num_epochs);
-            let mut batches = train.iter();
-            let mut iteration = 0;
-            loop {
-                let group: Vec<T> = batches.by_ref().take(micro_batches).collect();
-                if group.len() < micro_batches {
-                    break;
-                }
-                iteration += 1;
-                let progress = batches.progress();
-                match trainer.step_accumulated(group) {
-                    Ok(record) => {
-                        self.telemetry.observe(&record);
-                        if let Some(output) = trainer.take_train_output() {
-                            let item =
-                                TrainingItem::new(output, progress, global.clone(), Some(iteration), Some(record.lr));
-                            event_processor.process_train(LearnerEvent::ProcessedItem(item));
-                        }
-                    }
-                    Err(err @ TrainerError::NonFiniteLoss { .. }) => {
-                        tracing::warn!(%err, "batch skipped");
-                    }
-                    Err(err) => {
-                        tracing::error!(%err, "training stopped");
-                        interrupter.stop(Some(&format!("HybridStrategy: {err}")));
-                    }
-                }
-                if interrupter.should_stop() {
-                    break;
-                }
-            }
+            self.train_epoch::<LR, M, T>(&mut trainer, &train, &global, &mut event_processor, &interrupter);
             event_processor.process_train(LearnerEvent::EndEpoch(epoch));
             if interrupter.should_stop() {
                 tracing::info!(reason = interrupter.get_message(), "training interrupted");
                 break;
             }
-
-            let model = trainer.model().valid();
-            let mut batches = valid.iter();
-            let mut iteration = 0;
-            while let Some(batch) = batches.next() {
-                iteration += 1;
-                let item =
-                    TrainingItem::new(model.step(batch), batches.progress(), global.clone(), Some(iteration), None);
-                event_processor.process_valid(LearnerEvent::ProcessedItem(item));
-                if interrupter.should_stop() {
-                    break;
-                }
-            }
+            validate_epoch::<B, LR, M, O>(
+                &trainer.model().valid(),
+                &valid,
+                &global,
+                &mut event_processor,
+                &interrupter,
+            );
             event_processor.process_valid(LearnerEvent::EndEpoch(epoch));
 
             if let Some(dir) = &self.checkpoints {

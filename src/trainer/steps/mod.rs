@@ -4,10 +4,10 @@
 
 mod average;
 mod full;
-mod in_step;
+pub(super) mod in_step;
 mod predict;
 
-pub(super) use in_step::InStepSampling;
+use in_step::InStepSampling;
 
 use std::time::Instant;
 
