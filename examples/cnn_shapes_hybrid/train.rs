@@ -37,6 +37,9 @@ impl ReplicatedJob for Plan {
 
 type Labelled<B> = (Tensor<B, 4>, Tensor<B, 1, Int>);
 
+/// An IDX sampler shared by the batch source and the trainer's example feedback (InfoBatch).
+type SharedSampler = Arc<Mutex<IdxSampler>>;
+
 impl Plan {
     /// Builds the network on the first device and trains it: there alone, or on every
     /// device as one data-parallel replica each (`parallel`).
@@ -168,7 +171,7 @@ impl Plan {
 
     /// The batches drawn with `seed`: the IDX images (with InfoBatch's sampler, also
     /// returned, where `--info-batch` prunes), or generated shapes.
-    fn source(&self, seed: u64) -> Result<(Source, Option<Arc<Mutex<IdxSampler>>>), Failure> {
+    fn source(&self, seed: u64) -> Result<(Source, Option<SharedSampler>), Failure> {
         let args = &self.args;
         let batch = args.batch as usize;
         let Some(images) = &self.images else {
