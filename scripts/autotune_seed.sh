@@ -51,6 +51,10 @@ case "${1:-}" in
       fi
     done < <(find "$seed" -type f -name '*.json.log' -print0)
     echo "autotune_seed: $copied seed files copied into $cache, $kept already there kept"
+    if [ "$kept" -gt 0 ]; then
+      echo "autotune_seed: a kept file's shapes that the seed has and it lacks are tuned here anew" \
+        "(slowly on llvmpipe); rm -rf $cache first to start from the seed (docs/ci.md)"
+    fi
     ;;
   refresh)
     [ -d "$cache" ] || { echo "autotune_seed: no $cache: run the tests first" >&2; exit 1; }
