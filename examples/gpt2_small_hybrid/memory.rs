@@ -46,74 +46,133 @@ pub fn check_memory(
     seq: usize,
     loss_chunk: Option<usize>,
 ) -> Result<(), Failure> {
-    let averaged = args.average.average.is_some();
-    // The float type the step computes in; master weights and moments are f32 in any.
-    let elem = args.execution.precision.bytes();
-    let estimate = Gpt2MemoryEstimate::new(config, batch, seq, elem, loss_chunk, args.attention);
-    let estimate = if averaged { estimate.with_weight_average() } else { estimate };
+    let run = RunMemory { args, config, batch, seq, loss_chunk };
+    let estimate = run.estimate(loss_chunk);
     eprintln!(
         "{preset}: {} parameters; batch {batch} × {seq} tokens; estimated peak {estimate}",
         config.parameter_count()
     );
     let largest_page = largest_pool_page(backend);
-    let reserve = largest_page.map(|largest| {
+    let reserve = largest_page.map(|largest| run.reserve(largest));
+    if let (Some(reserve), Some(largest_page)) = (reserve, largest_page) {
+        eprintln!("  estimated pool reserve: {reserve}");
+        run.fits_the_largest_page(&reserve, largest_page)?;
+    }
+    run.print_chunk_hint(&estimate);
+    let needed = reserve.map_or(estimate.total(), |reserve| reserve.total()) + blocks_workspace(args, backend);
+    run.fits_the_memory(backend, needed)
+}
+
+/// What a run's memory depends on: its flags, model and shapes.
+struct RunMemory<'a> {
+    args: &'a Args,
+    config: &'a Gpt2Config,
+    batch: usize,
+    seq: usize,
+    loss_chunk: Option<usize>,
+}
+
+impl RunMemory<'_> {
+    /// The float type's bytes the step computes in; master weights and moments are f32 in any.
+    fn elem(&self) -> usize {
+        self.args.execution.precision.bytes()
+    }
+
+    fn averaged(&self) -> bool {
+        self.args.average.average.is_some()
+    }
+
+    /// The tensors' peak with the logits in chunks of `loss_chunk` rows (`None`: whole).
+    fn estimate(&self, loss_chunk: Option<usize>) -> Gpt2MemoryEstimate {
+        let estimate =
+            Gpt2MemoryEstimate::new(self.config, self.batch, self.seq, self.elem(), loss_chunk, self.args.attention);
+        if self.averaged() {
+            estimate.with_weight_average()
+        } else {
+            estimate
+        }
+    }
+
+    /// What the device's pool reserves, its pages at most `largest_page` bytes.
+    fn reserve(&self, largest_page: u64) -> Gpt2PoolReserve {
         let reserve = Gpt2PoolReserve::new(
-            config,
-            (batch, seq),
-            elem,
-            loss_chunk,
-            args.attention,
-            PoolPages::sub_slices(largest),
+            self.config,
+            (self.batch, self.seq),
+            self.elem(),
+            self.loss_chunk,
+            self.args.attention,
+            PoolPages::sub_slices(largest_page),
         );
-        if averaged {
+        if self.averaged() {
             reserve.with_weight_average()
         } else {
             reserve
         }
-    });
-    if let (Some(reserve), Some(largest_page)) = (reserve, largest_page) {
-        eprintln!("  estimated pool reserve: {reserve}");
-        // Not an estimate: CubeCL cannot allocate a buffer larger than its largest page.
-        if reserve.largest_tensor > largest_page {
-            return Err(bad_input(format!(
-                "one tensor of this run, {}, is larger than the largest buffer this device allocates, {}: \
-                 lower --batch or --seq, use a smaller --preset{}",
-                format_bytes(reserve.largest_tensor as f64),
-                format_bytes(largest_page as f64),
-                if loss_chunk.is_none() { format!(", or pass --loss-chunk {}", seq.min(256)) } else { String::new() },
-            )));
+    }
+
+    /// `, or pass --loss-chunk N` where the logits are whole: the flag that would help.
+    fn chunk_advice(&self, format: impl Fn(usize) -> String) -> String {
+        if self.loss_chunk.is_none() {
+            format(self.seq.min(256))
+        } else {
+            String::new()
         }
     }
-    if loss_chunk.is_none() {
-        let chunked = Gpt2MemoryEstimate::new(config, batch, seq, elem, Some(seq), args.attention);
-        let chunked = if averaged { chunked.with_weight_average() } else { chunked };
+
+    /// Not an estimate: CubeCL cannot allocate a buffer larger than its largest page.
+    fn fits_the_largest_page(&self, reserve: &Gpt2PoolReserve, largest_page: u64) -> Result<(), Failure> {
+        if reserve.largest_tensor <= largest_page {
+            return Ok(());
+        }
+        Err(bad_input(format!(
+            "one tensor of this run, {}, is larger than the largest buffer this device allocates, {}: \
+             lower --batch or --seq, use a smaller --preset{}",
+            format_bytes(reserve.largest_tensor as f64),
+            format_bytes(largest_page as f64),
+            self.chunk_advice(|chunk| format!(", or pass --loss-chunk {chunk}")),
+        )))
+    }
+
+    /// Where the logits are whole and chunks of a sequence would need less, says so.
+    fn print_chunk_hint(&self, estimate: &Gpt2MemoryEstimate) {
+        if self.loss_chunk.is_some() {
+            return;
+        }
+        let chunked = self.estimate(Some(self.seq));
         if chunked.total() < estimate.total() {
-            eprintln!("  (with --loss-chunk {seq}: {})", format_bytes(chunked.total() as f64));
+            eprintln!("  (with --loss-chunk {}: {})", self.seq, format_bytes(chunked.total() as f64));
         }
     }
-    let mut needed = reserve.map_or(estimate.total(), |reserve| reserve.total());
-    // The attention in blocks on cuBLASLt holds score-sized buffers the estimate leaves out.
-    let blocks = args.attention == Gpt2Attention::Lean && backend.attention_path() == AttentionPath::Gemm;
-    if blocks {
-        let workspace = leanburn::backend::attention_workspace() as u64;
-        eprintln!("  and the attention blocks' workspace: {}", format_bytes(workspace as f64));
-        needed += workspace;
-    }
-    // `device_memory` reads a GPU's own memory on CUDA, the host's where the tensors live
-    // there (the CPU backend, a software Vulkan adapter).
-    let memory = if backend.kind() == BackendKind::Cuda { "device memory" } else { "host memory" };
-    match device_memory(backend) {
-        Some(capacity) if needed > capacity && !args.ignore_memory_estimate => Err(bad_input(format!(
-            "this run needs about {} but the {memory} is {}: lower --batch or --seq, {}or a smaller \
-             --preset (--ignore-memory-estimate starts anyway)",
-            format_bytes(needed as f64),
-            format_bytes(capacity as f64),
-            if loss_chunk.is_none() { format!("pass --loss-chunk {}, ", seq.min(256)) } else { String::new() },
-        ))),
-        Some(capacity) => {
-            eprintln!("  {memory}: {}", format_bytes(capacity as f64));
-            Ok(())
+
+    /// Refuses `needed` bytes over the memory the device reports, unless told to start anyway.
+    fn fits_the_memory(&self, backend: &DeviceChoice, needed: u64) -> Result<(), Failure> {
+        // `device_memory` reads a GPU's own memory on CUDA, the host's where the tensors live
+        // there (the CPU backend, a software Vulkan adapter).
+        let memory = if backend.kind() == BackendKind::Cuda { "device memory" } else { "host memory" };
+        match device_memory(backend) {
+            Some(capacity) if needed > capacity && !self.args.ignore_memory_estimate => Err(bad_input(format!(
+                "this run needs about {} but the {memory} is {}: lower --batch or --seq, {}or a smaller \
+                 --preset (--ignore-memory-estimate starts anyway)",
+                format_bytes(needed as f64),
+                format_bytes(capacity as f64),
+                self.chunk_advice(|chunk| format!("pass --loss-chunk {chunk}, ")),
+            ))),
+            Some(capacity) => {
+                eprintln!("  {memory}: {}", format_bytes(capacity as f64));
+                Ok(())
+            }
+            None => Ok(()),
         }
-        None => Ok(()),
     }
+}
+
+/// The attention in blocks on cuBLASLt holds score-sized buffers the estimate leaves out:
+/// their workspace, printed, where the run takes that path; 0 otherwise.
+fn blocks_workspace(args: &Args, backend: &DeviceChoice) -> u64 {
+    if args.attention != Gpt2Attention::Lean || backend.attention_path() != AttentionPath::Gemm {
+        return 0;
+    }
+    let workspace = leanburn::backend::attention_workspace() as u64;
+    eprintln!("  and the attention blocks' workspace: {}", format_bytes(workspace as f64));
+    workspace
 }
