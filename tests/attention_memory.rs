@@ -175,14 +175,14 @@ fn lean_attention_matches_burns_on_the_cubecl_runtime() {
     }
 }
 
-/// The output and the three gradients of `sum(out ∘ w)` under `lean_attention` on
-/// `Backend`, from seeded inputs of `shape` (keys as many as `keys`).
+/// A case's seeded inputs (query, key, value and the weight `w` of `sum(out ∘ w)`), and the
+/// output and the three gradients of `sum(out ∘ w)` under `lean_attention` on `Backend`.
 fn lean_outputs<Backend: AutodiffBackend<Device = WgpuDevice> + AttentionOps>(
     device: &WgpuDevice,
     shape: [usize; 4],
     keys: usize,
     causal: bool,
-) -> Vec<Vec<f32>> {
+) -> (Vec<Vec<f32>>, Vec<Vec<f32>>) {
     let normal = Distribution::Normal(0.0, 1.0);
     <Backend as burn::tensor::backend::Backend>::seed(device, 12);
     let [batch, heads, queries, head_dim] = shape;
@@ -190,14 +190,30 @@ fn lean_outputs<Backend: AutodiffBackend<Device = WgpuDevice> + AttentionOps>(
     let (query, key, value) = (input(queries), input(keys), input(keys));
     let weight = Tensor::<Backend, 4>::random(shape, normal, device);
     let output = lean_attention(query.clone(), key.clone(), value.clone(), causal);
-    let grads = (output.clone() * weight).sum().backward();
+    let grads = (output.clone() * weight.clone()).sum().backward();
     let data = |t: Tensor<Backend::InnerBackend, 4>| t.into_data().to_vec::<f32>().expect("f32");
-    vec![
+    let inputs = [query.clone(), key.clone(), value.clone(), weight].map(|t| data(t.inner()));
+    let outputs = vec![
         data(output.inner()),
         data(query.grad(&grads).expect("grad")),
         data(key.grad(&grads).expect("grad")),
         data(value.grad(&grads).expect("grad")),
-    ]
+    ];
+    (inputs.to_vec(), outputs)
+}
+
+/// The output and the three gradients by the definition, in f64 on the host
+/// (`leanburn-kernels`' reference), for `lean_outputs`' inputs.
+fn definition(inputs: &[Vec<f32>], shape: [usize; 4], keys: usize, causal: bool) -> Vec<Vec<f32>> {
+    use leanburn_kernels::reference::{attention, attention_backward, Dims};
+
+    let [batch, heads, rows, head_dim] = shape;
+    let [q, k, v, w] = [&inputs[0], &inputs[1], &inputs[2], &inputs[3]];
+    let dims = Dims { batch_heads: batch * heads, rows, keys, head_dim };
+    let (output, _) = attention(q, k, v, dims, causal);
+    // The loss is Σ output ∘ w: the output's gradient is w.
+    let grads = attention_backward(q, k, v, w, dims, causal);
+    vec![output, grads.dq, grads.dk, grads.dv]
 }
 
 /// The largest excess of |a − b| over `1e-4 + 1e-4·|b|`, per named output.
@@ -213,28 +229,44 @@ fn worst_excess(ours: &[Vec<f32>], theirs: &[Vec<f32>]) -> Vec<(&'static str, f3
 }
 
 #[test]
-fn lean_on_its_gemms_matches_its_kernels_on_the_cubecl_runtime() {
-    // Tolerance as in the unit tests; the kernels are checked against Burn's there and in
-    // leanburn-kernels. The head dimensions GPT-2 sizes use (32, 64, 128), rows that are and
-    // are not multiples of the kernels' tile, causal and not, keys beyond the queries; a
-    // workspace of 1,000 scores per head: two blocks at 40 and 33 rows (the causal one
-    // stops at key 32, then sums its key and value gradients with the next), one at 24.
-    // Few shapes and blocks: each compiles and tunes its products on llvmpipe.
+fn lean_on_its_gemms_matches_the_definition_and_its_kernels_on_the_cubecl_runtime() {
+    // Tolerance as in the unit tests, against the f64 definition and against the kernels
+    // (which leanburn-kernels checks against the definition at head dimensions 8 to 128).
+    // The head dimensions GPT-2 sizes use (32, 64, 128), rows that are and are not
+    // multiples of the kernels' tile, causal and not, keys beyond the queries; a workspace
+    // of 1,000 scores per head: two blocks at 40 and 33 rows (the causal one stops at key
+    // 32, then sums its key and value gradients with the next), one at 24. Few shapes and
+    // blocks: each compiles its products on llvmpipe, and the kernels compile per head
+    // dimension (at 128, a minute of Mesa's LLVM here), so the kernels run at 32 and 64.
     let _device_lock = common::exclusive_device();
     let device = common::wgpu_device();
-    for (shape, keys, causal) in [([2, 2, 40, 32], 40, true), ([1, 3, 33, 64], 41, false), ([1, 2, 24, 128], 30, true)]
+    for (shape, keys, causal, with_kernels) in
+        [([2, 2, 40, 32], 40, true, true), ([1, 3, 33, 64], 41, false, true), ([1, 2, 24, 128], 30, true, false)]
     {
         set_attention_workspace(1000 * 4 * 4 * shape[0] * shape[1]);
-        let kernels = lean_outputs::<OnLean>(&device, shape, keys, causal);
-        let on_gemms = {
+        let (inputs, on_gemms) = {
             let _path = OnGemms::set();
             lean_outputs::<OnLean>(&device, shape, keys, causal)
         };
-        for (name, worst) in worst_excess(&on_gemms, &kernels) {
-            assert!(
-                worst <= 0.0,
-                "{name} of {shape:?} ({keys} keys, causal {causal}) off by {worst} over the tolerance"
-            );
+        let mut references = vec![("the definition", definition(&inputs, shape, keys, causal))];
+        if with_kernels {
+            let (kernel_inputs, kernels) = lean_outputs::<OnLean>(&device, shape, keys, causal);
+            assert_eq!(kernel_inputs, inputs, "both paths must see the same inputs");
+            references.push(("the kernels", kernels));
+        }
+        if causal {
+            // The control: the definition with the other mask is not within the tolerance.
+            let unmasked = definition(&inputs, shape, keys, false);
+            let worst = worst_excess(&on_gemms, &unmasked).into_iter().map(|(_, w)| w).fold(f32::MIN, f32::max);
+            assert!(worst > 0.0, "control: {shape:?} on the GEMMs is as close to the unmasked definition");
+        }
+        for (reference, outputs) in references {
+            for (name, worst) in worst_excess(&on_gemms, &outputs) {
+                assert!(
+                    worst <= 0.0,
+                    "{name} of {shape:?} ({keys} keys, causal {causal}) off {reference} by {worst} over the tolerance"
+                );
+            }
         }
     }
 }
