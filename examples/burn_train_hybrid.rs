@@ -29,7 +29,7 @@ use clap::Parser;
 use common::{bad_input, exit_on_failure, init_kernel_cache, Failure, Mode};
 use leanburn::data::{shapes_dataset, IdxImages, ImageBatch, ShapeBatcher, SHAPE_CLASSES};
 use leanburn::device::select;
-use leanburn::model::{ConvClassifier, ConvClassifierConfig};
+use leanburn::model::{ConvClassifier, ConvClassifierConfig, Evaluation};
 use leanburn::trainer::ScheduledLr;
 use leanburn::HybridStrategy;
 use leanburn::{BackendArgs, BackendJob, TrainBackend};
@@ -131,16 +131,7 @@ impl BackendJob for Job {
     fn run<B: TrainBackend>(self, device: B::Device) -> Self::Output {
         let Job { args, config, images } = self;
         B::seed(&device, args.seed);
-        let resolution = args.resolution as usize;
-        let data = |count: u64, seed: u64| shapes_dataset(resolution, count as usize, seed, 0.05);
-        let (train, valid, task) = match &images {
-            Some((train, held_out)) => (idx_dataset(train), idx_dataset(held_out), "the --data images"),
-            None => (
-                data(args.train_images, args.seed).map_err(|e| bad_input(e.to_string()))?,
-                data(args.valid_images, args.seed ^ 0x5EED).map_err(|e| bad_input(e.to_string()))?,
-                "shapes",
-            ),
-        };
+        let (train, valid, task) = datasets(&args, images.as_ref())?;
         let held_out: Vec<ImageBatch> = valid.iter().collect();
         let train_images = train.len();
         let batch = args.batch as usize;
@@ -149,19 +140,8 @@ impl BackendJob for Job {
 
         // burn-train's loader keeps a last, shorter batch.
         let steps_per_epoch = train_images.div_ceil(batch);
-        let steps = steps_per_epoch * args.epochs as usize;
-        let lr = LrSchedule::WarmupCosine {
-            peak: args.lr,
-            warmup_steps: (steps / 10).max(1),
-            total_steps: steps,
-            min_lr: args.lr / 10.0,
-        };
-        let hybrid = match args.mode {
-            Mode::Hybrid => HybridConfig::default().with_warmup_steps(args.warmup as usize),
-            Mode::Full => HybridConfig::all_full(),
-        }
-        .with_seed(args.seed);
-        let strategy = HybridStrategy::new(device.clone(), AdamConfig::new().init(), hybrid, lr.clone())
+        let lr = schedule(&args, steps_per_epoch * args.epochs as usize);
+        let strategy = HybridStrategy::new(device.clone(), AdamConfig::new().init(), hybrid_config(&args), lr.clone())
             .with_checkpoints(args.out.join("hybrid-checkpoints"));
         let telemetry = strategy.telemetry();
 
@@ -187,21 +167,64 @@ impl BackendJob for Job {
         }
         let result = training.launch(Learner::new(model, AdamConfig::new().init(), ScheduledLr::new(lr)));
 
-        let (taken, predicted) = telemetry.steps();
         let batches = held_out.chunks(batch).map(|items| {
             <ShapeBatcher as Batcher<B::InnerBackend, _, _>>::batch(&ShapeBatcher, items.to_vec(), &device)
         });
         let evaluation = result.model.evaluate(batches);
-        Ok(format!(
-            "\nconv net on {task} ({} mode) in burn-train on {}: {taken} steps, {predicted} predicted ({:.0}%)\n\
-             validation loss {:.4}, accuracy {:.1}%\ncheckpoints: {} (burn-train), {} (the trainer's)",
-            args.mode.name(),
-            B::name(&device),
-            100.0 * predicted as f64 / taken.max(1) as f64,
-            evaluation.loss,
-            evaluation.accuracy * 100.0,
-            args.out.join("checkpoint").display(),
-            args.out.join("hybrid-checkpoints").display(),
-        ))
+        Ok(summary(&args, task, &B::name(&device), telemetry.steps(), &evaluation))
     }
+}
+
+/// The training and held-out images, and what they are: `--data`'s, or generated shapes.
+fn datasets(
+    args: &Args,
+    images: Option<&(IdxImages, IdxImages)>,
+) -> Result<(InMemDataset<ImageBatch>, InMemDataset<ImageBatch>, &'static str), Failure> {
+    if let Some((train, held_out)) = images {
+        return Ok((idx_dataset(train), idx_dataset(held_out), "the --data images"));
+    }
+    let resolution = args.resolution as usize;
+    let data = |count: u64, seed: u64| {
+        shapes_dataset(resolution, count as usize, seed, 0.05).map_err(|e| bad_input(e.to_string()))
+    };
+    Ok((data(args.train_images, args.seed)?, data(args.valid_images, args.seed ^ 0x5EED)?, "shapes"))
+}
+
+/// Warm-up over the first tenth of `steps`, then a cosine down to a tenth of `--lr`.
+fn schedule(args: &Args, steps: usize) -> LrSchedule {
+    LrSchedule::WarmupCosine {
+        peak: args.lr,
+        warmup_steps: (steps / 10).max(1),
+        total_steps: steps,
+        min_lr: args.lr / 10.0,
+    }
+}
+
+fn hybrid_config(args: &Args) -> HybridConfig {
+    match args.mode {
+        Mode::Hybrid => HybridConfig::default().with_warmup_steps(args.warmup as usize),
+        Mode::Full => HybridConfig::all_full(),
+    }
+    .with_seed(args.seed)
+}
+
+/// The run's last lines: steps taken and predicted, the held-out loss and accuracy, where
+/// the checkpoints are.
+fn summary(
+    args: &Args,
+    task: &str,
+    device: &str,
+    (taken, predicted): (usize, usize),
+    evaluation: &Evaluation,
+) -> String {
+    format!(
+        "\nconv net on {task} ({} mode) in burn-train on {device}: {taken} steps, {predicted} predicted ({:.0}%)\n\
+         validation loss {:.4}, accuracy {:.1}%\ncheckpoints: {} (burn-train), {} (the trainer's)",
+        args.mode.name(),
+        100.0 * predicted as f64 / taken.max(1) as f64,
+        evaluation.loss,
+        evaluation.accuracy * 100.0,
+        args.out.join("checkpoint").display(),
+        args.out.join("hybrid-checkpoints").display(),
+    )
 }

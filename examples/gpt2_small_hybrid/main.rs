@@ -35,7 +35,7 @@ use common::{
     ExecutionArgs, Failure, RunArgs,
 };
 use leanburn::data::{HostBatch, TokenDataset, WindowSampler};
-use leanburn::device::{select, Chosen};
+use leanburn::device::{select, Chosen, DeviceChoice};
 use leanburn::model::{Gpt2, Gpt2Attention, Gpt2Config, GPT2_PRESETS};
 use leanburn::optim::{clipped_adamw, ClippedAdamW};
 use leanburn::trainer::Precision;
@@ -158,67 +158,33 @@ fn run(args: Args, matches: &ArgMatches) -> Result<(), Failure> {
     init_kernel_cache(&args.backend)?;
     let backend = select(&args.backend).map_err(|e| Failure { code: e.exit_code(), message: e.to_string() })?;
     eprintln!("{backend}");
-    let gpu = match &backend.chosen {
-        #[cfg(feature = "cuda")]
-        Chosen::Cuda { .. } => true,
-        Chosen::Wgpu { adapter, .. } => adapter.kind.is_hardware(),
-        Chosen::Cpu => false,
-    };
-
-    let preset = args.preset.clone().unwrap_or_else(|| if gpu { "gpt2-small" } else { "gpt2-mini" }.into());
-    let pad_vocab = args.pad_vocab.map_or(if gpu { GPU_PAD_VOCAB } else { 1 }, |p| p as usize);
-    let config = Gpt2Config::preset(&preset).map_err(|e| bad_input(e.to_string()))?.with_pad_vocab_to(pad_vocab);
-    let batch = args.batch as usize;
-    let seq = args.seq.map_or(if gpu { config.context } else { 64.min(config.context) }, |s| s as usize);
-    if seq > config.context {
-        return Err(bad_input(format!("--seq {seq} exceeds {preset}'s context of {} tokens", config.context)));
-    }
-    let steps = args.steps.map_or(if gpu { 300 } else { 200 }, |s| s as usize);
-    let lr = args.lr.unwrap_or(if preset == "gpt2-small" { 6e-4 } else { 1e-3 });
-    if !(lr.is_finite() && lr > 0.0) {
-        return Err(bad_input(format!("--lr must be a positive number, got {lr}")));
-    }
-    let examples = args.select.config(steps, args.run.seed)?;
-    let loss_chunk = memory::loss_chunk(&args, &backend, gpu, &config, batch, seq);
+    let gpu = on_a_gpu(&backend);
+    let sizes = Sizes::decide(&args, gpu)?;
+    let examples = args.select.config(sizes.steps, args.run.seed)?;
+    let Sizes { batch, seq, .. } = sizes;
+    let loss_chunk = memory::loss_chunk(&args, &backend, gpu, &sizes.config, batch, seq);
 
     let workspace = args.attention_workspace.map_or_else(
-        || leanburn::device::default_attention_workspace(&backend, batch, config.heads, seq),
+        || leanburn::device::default_attention_workspace(&backend, batch, sizes.config.heads, seq),
         |mib| (mib as usize) << 20,
     );
     leanburn::backend::set_attention_workspace(workspace);
-    memory::check_memory(&args, &backend, &config, &preset, batch, seq, loss_chunk)?;
+    memory::check_memory(&args, &backend, &sizes.config, &sizes.preset, batch, seq, loss_chunk)?;
     if args.warm_cache {
-        // Every precision the backend computes in, or the one asked for.
-        let asked = matches.value_source("precision").is_some_and(|source| source != ValueSource::DefaultValue);
-        let precisions = if asked {
-            args.execution.check_precision(&backend)?;
-            vec![args.execution.precision]
-        } else {
-            vec![Precision::F32, Precision::Bf16, Precision::F16]
-        };
-        let checkpointing = args.execution.checkpointing;
-        return backend
-            .run_lean_with(warm_cache::WarmCache { args, config, batch, seq, loss_chunk, precisions }, checkpointing);
+        return warm_cache(args, matches, &backend, sizes, loss_chunk);
     }
     args.execution.check_precision(&backend)?;
     let dir = args.run.open(&args.out)?;
     // What was decided at run time is recorded as decided, so the file repeats this run.
     let mut resolved = config::resolved(&Args::command(), matches);
-    let decided = [
-        ("backend", backend.kind().name().to_string()),
-        ("preset", preset.clone()),
-        ("seq", seq.to_string()),
-        ("steps", steps.to_string()),
-        ("lr", lr.to_string()),
-        ("loss-chunk", loss_chunk.unwrap_or(0).to_string()),
-        ("pad-vocab", pad_vocab.to_string()),
-    ];
-    resolved.extend(decided.map(|(name, value)| (name.to_string(), value.into())));
+    resolved
+        .extend(sizes.decided(backend.kind().name(), loss_chunk).map(|(name, value)| (name.to_string(), value.into())));
     config::save(resolved, &dir.options_path())?;
 
     let (data, validation) = corpus::tokens(&args, &dir, batch, seq)?;
 
     let (out, mode, checkpointing) = (args.out.clone(), args.run.mode, args.execution.checkpointing);
+    let Sizes { preset, config, steps, lr, .. } = sizes;
     let plan = Plan {
         args,
         preset,
@@ -238,6 +204,80 @@ fn run(args: Args, matches: &ArgMatches) -> Result<(), Failure> {
     println!("{summary}");
     plot_runs(&out, mode, &outcome, "gpt2", "GPT-2");
     Ok(())
+}
+
+/// A CUDA device or a hardware adapter: gpt2-small at its full context by default.
+fn on_a_gpu(backend: &DeviceChoice) -> bool {
+    match &backend.chosen {
+        #[cfg(feature = "cuda")]
+        Chosen::Cuda { .. } => true,
+        Chosen::Wgpu { adapter, .. } => adapter.kind.is_hardware(),
+        Chosen::Cpu => false,
+    }
+}
+
+/// The model and the run's sizes: the flags', else the device's defaults.
+struct Sizes {
+    preset: String,
+    pad_vocab: usize,
+    config: Gpt2Config,
+    batch: usize,
+    seq: usize,
+    steps: usize,
+    lr: f64,
+}
+
+impl Sizes {
+    fn decide(args: &Args, gpu: bool) -> Result<Self, Failure> {
+        let preset = args.preset.clone().unwrap_or_else(|| if gpu { "gpt2-small" } else { "gpt2-mini" }.into());
+        let pad_vocab = args.pad_vocab.map_or(if gpu { GPU_PAD_VOCAB } else { 1 }, |p| p as usize);
+        let config = Gpt2Config::preset(&preset).map_err(|e| bad_input(e.to_string()))?.with_pad_vocab_to(pad_vocab);
+        let seq = args.seq.map_or(if gpu { config.context } else { 64.min(config.context) }, |s| s as usize);
+        if seq > config.context {
+            return Err(bad_input(format!("--seq {seq} exceeds {preset}'s context of {} tokens", config.context)));
+        }
+        let steps = args.steps.map_or(if gpu { 300 } else { 200 }, |s| s as usize);
+        let lr = args.lr.unwrap_or(if preset == "gpt2-small" { 6e-4 } else { 1e-3 });
+        if !(lr.is_finite() && lr > 0.0) {
+            return Err(bad_input(format!("--lr must be a positive number, got {lr}")));
+        }
+        Ok(Self { preset, pad_vocab, config, batch: args.batch as usize, seq, steps, lr })
+    }
+
+    /// The options decided here rather than by a flag, with `backend`'s name and the loss
+    /// chunk, for the saved options file.
+    fn decided(&self, backend: &str, loss_chunk: Option<usize>) -> [(&'static str, String); 7] {
+        [
+            ("backend", backend.to_string()),
+            ("preset", self.preset.clone()),
+            ("seq", self.seq.to_string()),
+            ("steps", self.steps.to_string()),
+            ("lr", self.lr.to_string()),
+            ("loss-chunk", loss_chunk.unwrap_or(0).to_string()),
+            ("pad-vocab", self.pad_vocab.to_string()),
+        ]
+    }
+}
+
+/// `--warm-cache`: one training and one evaluation step in every precision the backend
+/// computes in, or the one asked for.
+fn warm_cache(
+    args: Args,
+    matches: &ArgMatches,
+    backend: &DeviceChoice,
+    sizes: Sizes,
+    loss_chunk: Option<usize>,
+) -> Result<(), Failure> {
+    let asked = matches.value_source("precision").is_some_and(|source| source != ValueSource::DefaultValue);
+    let precisions = if asked {
+        args.execution.check_precision(backend)?;
+        vec![args.execution.precision]
+    } else {
+        vec![Precision::F32, Precision::Bf16, Precision::F16]
+    };
+    let checkpointing = args.execution.checkpointing;
+    let Sizes { config, batch, seq, .. } = sizes;
+    backend.run_lean_with(warm_cache::WarmCache { args, config, batch, seq, loss_chunk, precisions }, checkpointing)
 }
 
 /// AdamW with weight decay 0.1, the gradients clipped to a global norm of 1 (as PyTorch's

@@ -246,10 +246,7 @@ impl Gpt2PoolReserve {
         pages: PoolPages,
     ) -> Self {
         let elem = elem_bytes as u64;
-        let mut weights = BTreeMap::<u64, u64>::new();
-        for elements in config.parameter_tensors() {
-            *weights.entry(elements as u64 * MASTER).or_default() += 1;
-        }
+        let weights = weight_sizes(config);
         // Each weight, its gradient and its two moments (AdamW updates them in place); in
         // f32 one more of the tied embedding's size: its gradient is the sum of two (in half
         // precision that sum is the compute copy's, below).
@@ -257,9 +254,7 @@ impl Gpt2PoolReserve {
         let summed = if elem < MASTER { 0 } else { embedding };
         let persistent: u64 = weights.iter().map(|(&size, &n)| size * 4 * n).sum::<u64>() + summed;
 
-        let (tokens, d, heads, vocab) =
-            ((batch * seq) as u64, config.d_model as u64, config.heads as u64, config.padded_vocab() as u64);
-        let (narrow, wide) = (tokens * d * elem, tokens * 4 * d * elem);
+        let shape = StepShape::new(config, (batch, seq), elem);
         let mut tensors = Vec::new();
         if elem < MASTER {
             // The compute copy: each weight cast, and its gradient before it is cast back
@@ -270,37 +265,11 @@ impl Gpt2PoolReserve {
             tensors.push(embedding / MASTER * elem);
         }
         for _ in 0..config.layers {
-            tensors.extend([narrow; 9]);
-            tensors.extend([wide; 2]);
-            match attention {
-                // The log-sum-exp is f32 in every precision.
-                Gpt2Attention::Lean => tensors.push(tokens * heads * 4),
-                Gpt2Attention::Burn => {
-                    // 2.5 score tensors (scores, softmax, half a dropout mask).
-                    let scores = batch as u64 * heads * (seq * seq) as u64 * elem;
-                    tensors.extend([scores, scores, scores / 2]);
-                }
-            }
+            shape.layer_tensors(attention, &mut tensors);
         }
-        tensors.extend([narrow; 4]);
-        tensors.extend([wide; 2]);
-        match loss_chunk {
-            // In half precision the loss is computed in f32: the logits, their f32 copy and
-            // its gradient (the composed loss; CUDA's row kernel keeps the logits' type).
-            Some(chunk) if chunk > 0 && elem < MASTER => {
-                let rows = (chunk as u64).min(tokens) * vocab;
-                tensors.extend([rows * elem, rows * MASTER, rows * MASTER, narrow]);
-            }
-            Some(chunk) if chunk > 0 => {
-                let chunk_logits = (chunk as u64).min(tokens) * vocab * elem;
-                tensors.extend([chunk_logits, chunk_logits, narrow]);
-            }
-            _ if elem < MASTER => {
-                tensors.extend([tokens * vocab * elem; 2]);
-                tensors.extend([tokens * vocab * MASTER; 2]);
-            }
-            _ => tensors.extend([tokens * vocab * elem; 4]),
-        }
+        tensors.extend([shape.narrow; 4]);
+        tensors.extend([shape.wide; 2]);
+        shape.loss_tensors(loss_chunk, &mut tensors);
         let largest_tensor = tensors.iter().chain(weights.keys()).copied().max().unwrap_or(0);
         // A tensor of exactly a weight's size goes to the persistent part as well.
         let (same_size, paged): (Vec<u64>, Vec<u64>) = tensors.into_iter().partition(|size| weights.contains_key(size));
@@ -321,6 +290,82 @@ impl Gpt2PoolReserve {
     /// Both parts together.
     pub fn total(&self) -> u64 {
         self.persistent + self.paged
+    }
+}
+
+/// How many master weights (f32) there are of each size, in bytes.
+fn weight_sizes(config: &Gpt2Config) -> BTreeMap<u64, u64> {
+    let mut weights = BTreeMap::<u64, u64>::new();
+    for elements in config.parameter_tensors() {
+        *weights.entry(elements as u64 * MASTER).or_default() += 1;
+    }
+    weights
+}
+
+/// The sizes a step's activations come in, for [`Gpt2PoolReserve::new`].
+struct StepShape {
+    batch: u64,
+    seq: u64,
+    tokens: u64,
+    heads: u64,
+    vocab: u64,
+    elem: u64,
+    /// `[tokens, d]` in the compute type.
+    narrow: u64,
+    /// `[tokens, 4·d]` in the compute type.
+    wide: u64,
+}
+
+impl StepShape {
+    fn new(config: &Gpt2Config, (batch, seq): (usize, usize), elem: u64) -> Self {
+        let (tokens, d) = ((batch * seq) as u64, config.d_model as u64);
+        Self {
+            batch: batch as u64,
+            seq: seq as u64,
+            tokens,
+            heads: config.heads as u64,
+            vocab: config.padded_vocab() as u64,
+            elem,
+            narrow: tokens * d * elem,
+            wide: tokens * 4 * d * elem,
+        }
+    }
+
+    /// What one layer keeps for the backward pass.
+    fn layer_tensors(&self, attention: Gpt2Attention, tensors: &mut Vec<u64>) {
+        tensors.extend([self.narrow; 9]);
+        tensors.extend([self.wide; 2]);
+        match attention {
+            // The log-sum-exp is f32 in every precision.
+            Gpt2Attention::Lean => tensors.push(self.tokens * self.heads * 4),
+            Gpt2Attention::Burn => {
+                // 2.5 score tensors (scores, softmax, half a dropout mask).
+                let scores = self.batch * self.heads * self.seq * self.seq * self.elem;
+                tensors.extend([scores, scores, scores / 2]);
+            }
+        }
+    }
+
+    /// The LM head's logits (the whole batch's, or one chunk's) and what its loss adds.
+    fn loss_tensors(&self, loss_chunk: Option<usize>, tensors: &mut Vec<u64>) {
+        let (tokens, vocab, elem) = (self.tokens, self.vocab, self.elem);
+        match loss_chunk {
+            // In half precision the loss is computed in f32: the logits, their f32 copy and
+            // its gradient (the composed loss; CUDA's row kernel keeps the logits' type).
+            Some(chunk) if chunk > 0 && elem < MASTER => {
+                let rows = (chunk as u64).min(tokens) * vocab;
+                tensors.extend([rows * elem, rows * MASTER, rows * MASTER, self.narrow]);
+            }
+            Some(chunk) if chunk > 0 => {
+                let chunk_logits = (chunk as u64).min(tokens) * vocab * elem;
+                tensors.extend([chunk_logits, chunk_logits, self.narrow]);
+            }
+            _ if elem < MASTER => {
+                tensors.extend([tokens * vocab * elem; 2]);
+                tensors.extend([tokens * vocab * MASTER; 2]);
+            }
+            _ => tensors.extend([tokens * vocab * elem; 4]),
+        }
     }
 }
 

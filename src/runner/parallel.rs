@@ -45,16 +45,7 @@ where
     R: Send,
     F: Fn(Replica, M, B::Device) -> Result<R, RunError> + Sync,
 {
-    if devices.is_empty() {
-        return Err(RunError::Settings("a data-parallel run needs at least one device".into()));
-    }
-    if spans_nodes(&collective) {
-        return Err(RunError::Settings(
-            "data_parallel runs within one process: burn-collective 0.21's all-reduce across nodes never \
-             returns from its second call (docs/parallel.md, \"Several nodes\")"
-                .into(),
-        ));
-    }
+    refuse_unsupported(devices.len(), &collective)?;
     let replicas = devices.len();
     // Lazy parameters would initialise anew in every copy.
     let model = crate::init::materialize(model);
@@ -62,43 +53,25 @@ where
     let _one_run = ONE_RUN.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
     // A run that failed earlier may have left peers registered.
     Replica::abort::<B::InnerBackend>();
-    let first_failure: Mutex<Option<(usize, RunError)>> = Mutex::new(None);
-    let fail = |rank: usize, err: RunError| {
-        let mut first = first_failure.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        if first.is_none() {
-            *first = Some((rank, err));
-            // Releases the replicas waiting in a reduction for this one.
-            Replica::abort::<B::InnerBackend>();
-        }
-    };
+    let first_failure = FirstFailure::default();
     let results: Vec<Option<R>> = std::thread::scope(|scope| {
         let handles: Vec<_> = devices
             .iter()
             .enumerate()
             .map(|(rank, device)| {
                 let (model, device, collective) = (model.clone(), device.clone(), collective.clone());
-                let (job, fail) = (&job, &fail);
+                let (job, first_failure) = (&job, &first_failure);
                 std::thread::Builder::new()
                     .name(format!("replica-{rank}"))
                     .spawn_scoped(scope, move || {
-                        let run = || -> Result<R, RunError> {
-                            let replica = Replica::join::<B::InnerBackend>(rank, replicas, &device, collective)
-                                .map_err(RunError::Start)?;
-                            let result = job(replica, model.fork(&device), device)?;
-                            replica.leave::<B::InnerBackend>().map_err(RunError::Start)?;
-                            Ok(result)
+                        let run = || run_replica::<B, M, R, F>(rank, replicas, device, collective, model, job);
+                        let failure = match catch_unwind(AssertUnwindSafe(run)) {
+                            Ok(Ok(result)) => return Some(result),
+                            Ok(Err(err)) => err,
+                            Err(panic) => RunError::Panicked(panic_message(panic)),
                         };
-                        match catch_unwind(AssertUnwindSafe(run)) {
-                            Ok(Ok(result)) => Some(result),
-                            Ok(Err(err)) => {
-                                fail(rank, err);
-                                None
-                            }
-                            Err(panic) => {
-                                fail(rank, RunError::Panicked(panic_message(panic)));
-                                None
-                            }
-                        }
+                        first_failure.record::<B>(rank, failure);
+                        None
                     })
                     .expect("spawning a replica thread")
             })
@@ -106,10 +79,66 @@ where
         handles.into_iter().map(|handle| handle.join().ok().flatten()).collect()
     });
     Replica::abort::<B::InnerBackend>();
-    if let Some((rank, source)) = first_failure.into_inner().unwrap_or_else(|poisoned| poisoned.into_inner()) {
+    if let Some((rank, source)) = first_failure.take() {
         return Err(RunError::Replica { rank, replicas, source: Box::new(source) });
     }
     Ok(results.into_iter().map(|result| result.expect("every replica succeeded")).collect())
+}
+
+/// No devices, or a collective across nodes: refused before any thread starts.
+fn refuse_unsupported(devices: usize, collective: &CollectiveConfig) -> Result<(), RunError> {
+    if devices == 0 {
+        return Err(RunError::Settings("a data-parallel run needs at least one device".into()));
+    }
+    if spans_nodes(collective) {
+        return Err(RunError::Settings(
+            "data_parallel runs within one process: burn-collective 0.21's all-reduce across nodes never \
+             returns from its second call (docs/parallel.md, \"Several nodes\")"
+                .into(),
+        ));
+    }
+    Ok(())
+}
+
+/// Replica `rank` of `replicas`: joins the collective, runs `job` on its copy of `model`,
+/// leaves.
+fn run_replica<B, M, R, F>(
+    rank: usize,
+    replicas: usize,
+    device: B::Device,
+    collective: CollectiveConfig,
+    model: M,
+    job: &F,
+) -> Result<R, RunError>
+where
+    B: AutodiffBackend,
+    M: AutodiffModule<B>,
+    F: Fn(Replica, M, B::Device) -> Result<R, RunError>,
+{
+    let replica = Replica::join::<B::InnerBackend>(rank, replicas, &device, collective).map_err(RunError::Start)?;
+    let result = job(replica, model.fork(&device), device)?;
+    replica.leave::<B::InnerBackend>().map_err(RunError::Start)?;
+    Ok(result)
+}
+
+/// The first replica to fail, and why.
+#[derive(Default)]
+struct FirstFailure(Mutex<Option<(usize, RunError)>>);
+
+impl FirstFailure {
+    /// Keeps `err` if no replica failed before, and then releases the replicas waiting in a
+    /// reduction for this one.
+    fn record<B: AutodiffBackend>(&self, rank: usize, err: RunError) {
+        let mut first = self.0.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if first.is_none() {
+            *first = Some((rank, err));
+            Replica::abort::<B::InnerBackend>();
+        }
+    }
+
+    fn take(self) -> Option<(usize, RunError)> {
+        self.0.into_inner().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
 }
 
 /// Whether `config` names nodes (its fields are private; its serialised form is not).
