@@ -52,9 +52,12 @@ use std::time::Instant;
 
 use burn::module::AutodiffModule;
 use clap::Parser;
-use leanburn::data::{evaluation_windows, Corpus, Gpt2Tokenizer, HostBatch, Split, TokenDataset, WindowSampler};
+use leanburn::data::{
+    evaluation_windows, Corpus, Gpt2Tokenizer, HostBatch, Split, TokenBatch, TokenDataset, WindowSampler,
+};
 use leanburn::device::select;
 use leanburn::model::{Gpt2, Gpt2Config};
+use leanburn::optim::ClippedAdamW;
 use leanburn::trainer::SelectionRule;
 use leanburn::{AverageConfig, HybridConfig, HybridTrainer, LrSchedule, SelectionConfig, StepReport};
 use leanburn::{BackendArgs, BackendJob, TrainBackend};
@@ -175,6 +178,51 @@ struct RunResult {
 }
 
 impl RunResult {
+    fn new(kind: RunKind, steps: usize) -> Self {
+        Self {
+            kind,
+            records: Vec::with_capacity(steps),
+            skipped: 0,
+            evaluations: Vec::new(),
+            extra_seconds: 0.0,
+            average_chosen: 0,
+        }
+    }
+
+    /// The per-seed table's row from the run's label on, against the seed's `target`
+    /// loss, which its all-full run reached in `full_time` seconds.
+    fn row(&self, target: Option<f64>, full_time: Option<f64>) -> String {
+        let reached = target.and_then(|t| self.reached(t));
+        let (kept, rolled) = self.blocks();
+        let optional = |value: Option<f64>| value.map_or("–".into(), |v| format!("{v:.2}"));
+        let efficiency = match (self.efficiency(true), self.efficiency(false)) {
+            (None, None) => "–".into(),
+            (kept, all) => format!("{} ({})", optional(kept), optional(all)),
+        };
+        format!(
+            "{} | {} | {:.4} | {:.1} | {} | {} | {:.0}% | {} | {} | {} | {}",
+            self.kind.label(),
+            self.steps(),
+            self.final_loss(),
+            self.train_seconds(),
+            reached.map_or("not reached".into(), |r| format!("{:.1}", r.1)),
+            match (reached, full_time) {
+                (Some(r), Some(f)) if f > 0.0 => format!("{:.2}", r.1 / f),
+                _ => "–".into(),
+            },
+            self.predicted_share() * 100.0,
+            match (self.selected_share(), self.kind) {
+                (Some(share), _) => format!("{:.0}%", share * 100.0),
+                (None, RunKind::Average) =>
+                    format!("average chosen {}/{}", self.average_chosen, self.evaluations.len() - 1),
+                _ => "–".into(),
+            },
+            self.cost_ratio().map_or("–".into(), |c| format!("{c:.3}")),
+            efficiency,
+            if self.kind == RunKind::Hybrid { format!("{kept} / {rolled}") } else { "–".into() },
+        )
+    }
+
     fn train_seconds(&self) -> f64 {
         self.records.iter().map(|r| r.seconds).sum::<f64>() + self.extra_seconds
     }
@@ -290,6 +338,9 @@ impl BackendJob for Bench {
     }
 }
 
+/// The trainer every run of the bench drives.
+type BenchTrainer<B> = HybridTrainer<B, Gpt2<B>, ClippedAdamW<B>, TokenBatch<B>>;
+
 impl Bench {
     /// One run of `kind` over `steps` steps from the seed's weights and batches; `skipped`
     /// marks the steps the skip ablation passes over.
@@ -303,78 +354,15 @@ impl Bench {
         evaluate: bool,
     ) -> Result<RunResult, String> {
         let args = &self.args;
-        B::seed(device, seed);
-        let model: Gpt2<B> = self.config.init(device).with_loss_chunk(args.loss_chunk);
-        let optimizer = leanburn::optim::clipped_adamw(0.1, 1.0);
-        let lr = LrSchedule::WarmupCosine {
-            peak: args.lr,
-            warmup_steps: (steps / 10).max(1).min(steps),
-            total_steps: steps,
-            min_lr: args.lr / 10.0,
-        };
-        let config = match kind {
-            RunKind::Hybrid => hybrid_config(&args.hybrid_overrides)?.with_seed(seed),
-            _ => HybridConfig::all_full().with_seed(seed),
-        };
-        let mut trainer =
-            HybridTrainer::new(model, optimizer, config, lr, device.clone()).map_err(|e| e.to_string())?;
-        if kind == RunKind::Select {
-            let selection = selection_config(&args.selection, steps)?.with_seed(seed);
-            trainer = trainer.with_selection(selection).map_err(|e| e.to_string())?;
-        }
-        if kind == RunKind::Average {
-            let average = average_config(&args.average, steps)?;
-            trainer = trainer.with_weight_average(average).map_err(|e| e.to_string())?;
-        }
-        if kind == RunKind::Hybrid && args.probe_batches > 0 {
-            let mut sampler =
-                WindowSampler::new(args.batch, args.seq, seed ^ 0x5eed_0f9b).map_err(|e| e.to_string())?;
-            let probe_set = (0..args.probe_batches)
-                .map(|_| sampler.sample(self.data.train(), Split::Train).map(|batch| batch.to_device::<B>(device)))
-                .collect::<Result<Vec<_>, _>>()
-                .map_err(|e| e.to_string())?;
-            trainer = trainer.with_probe_set(probe_set).map_err(|e| e.to_string())?;
-        }
-        if let Some(dir) = args.metrics.as_ref().filter(|_| evaluate) {
-            std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-            let name = format!("{kind:?}-seed{seed}.jsonl").to_lowercase();
-            trainer = trainer.with_metrics(dir.join(name)).map_err(|e| e.to_string())?;
-        }
+        let mut trainer = self.trainer::<B>(device, kind, seed, steps, evaluate)?;
         let mut sampler = WindowSampler::new(args.batch, args.seq, seed).map_err(|e| e.to_string())?;
-        let mut result = RunResult {
-            kind,
-            records: Vec::with_capacity(steps),
-            skipped: 0,
-            evaluations: Vec::new(),
-            extra_seconds: 0.0,
-            average_chosen: 0,
-        };
+        let mut result = RunResult::new(kind, steps);
         // The average run's probe set: training windows with their own seed.
-        let average_probe = if kind == RunKind::Average {
-            let mut sampler =
-                WindowSampler::new(args.batch, args.seq, seed ^ 0x0a7e_5a11).map_err(|e| e.to_string())?;
-            (0..args.average_probe.max(1))
-                .map(|_| sampler.sample(self.data.train(), Split::Train))
-                .collect::<Result<Vec<_>, _>>()
-                .map_err(|e| e.to_string())?
-        } else {
-            Vec::new()
+        let average_probe = match kind {
+            RunKind::Average => self.train_windows(seed ^ 0x0a7e_5a11, args.average_probe.max(1))?,
+            _ => Vec::new(),
         };
-        // The validation loss of the run's model: the live weights, or for the average run
-        // whichever of live and average scores better on its probe set (timed: a run
-        // using the average pays for that choice), and whether the average won.
-        let evaluate_now = |trainer: &HybridTrainer<B, Gpt2<B>, _, _>| -> (f64, f64, bool) {
-            let live = trainer.model().valid();
-            let Some(average) = trainer.averaged_model().map(|m| m.valid()) else {
-                return (live.evaluate(&self.validation, device), 0.0, false);
-            };
-            let started = Instant::now();
-            let (on_live, on_average) =
-                (live.evaluate(&average_probe, device), average.evaluate(&average_probe, device));
-            let probe_seconds = started.elapsed().as_secs_f64();
-            let better = if on_average < on_live { average } else { live };
-            (better.evaluate(&self.validation, device), probe_seconds, on_average < on_live)
-        };
+        let evaluate_now = |trainer: &BenchTrainer<B>| self.validation_loss(trainer, &average_probe, device);
         if evaluate {
             result.evaluations.push((0, 0.0, evaluate_now(&trainer).0));
         }
@@ -409,6 +397,83 @@ impl Bench {
         Ok(result)
     }
 
+    /// The trainer of a `kind` run from the seed's weights: AdamW clipped at 1 on the
+    /// bench's schedule, and the run's selection, weight average, probe set and metrics file.
+    fn trainer<B: TrainBackend>(
+        &self,
+        device: &B::Device,
+        kind: RunKind,
+        seed: u64,
+        steps: usize,
+        evaluate: bool,
+    ) -> Result<BenchTrainer<B>, String> {
+        let args = &self.args;
+        B::seed(device, seed);
+        let model: Gpt2<B> = self.config.init(device).with_loss_chunk(args.loss_chunk);
+        let optimizer = leanburn::optim::clipped_adamw(0.1, 1.0);
+        let lr = LrSchedule::WarmupCosine {
+            peak: args.lr,
+            warmup_steps: (steps / 10).max(1).min(steps),
+            total_steps: steps,
+            min_lr: args.lr / 10.0,
+        };
+        let config = match kind {
+            RunKind::Hybrid => hybrid_config(&args.hybrid_overrides)?.with_seed(seed),
+            _ => HybridConfig::all_full().with_seed(seed),
+        };
+        let mut trainer =
+            HybridTrainer::new(model, optimizer, config, lr, device.clone()).map_err(|e| e.to_string())?;
+        if kind == RunKind::Select {
+            let selection = selection_config(&args.selection, steps)?.with_seed(seed);
+            trainer = trainer.with_selection(selection).map_err(|e| e.to_string())?;
+        }
+        if kind == RunKind::Average {
+            let average = average_config(&args.average, steps)?;
+            trainer = trainer.with_weight_average(average).map_err(|e| e.to_string())?;
+        }
+        if kind == RunKind::Hybrid && args.probe_batches > 0 {
+            let probe_set = self.train_windows(seed ^ 0x5eed_0f9b, args.probe_batches)?;
+            let probe_set = probe_set.into_iter().map(|batch| batch.to_device::<B>(device)).collect();
+            trainer = trainer.with_probe_set(probe_set).map_err(|e| e.to_string())?;
+        }
+        if let Some(dir) = args.metrics.as_ref().filter(|_| evaluate) {
+            std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+            let name = format!("{kind:?}-seed{seed}.jsonl").to_lowercase();
+            trainer = trainer.with_metrics(dir.join(name)).map_err(|e| e.to_string())?;
+        }
+        Ok(trainer)
+    }
+
+    /// `count` training windows drawn with `seed`.
+    fn train_windows(&self, seed: u64, count: usize) -> Result<Vec<HostBatch>, String> {
+        let mut sampler = WindowSampler::new(self.args.batch, self.args.seq, seed).map_err(|e| e.to_string())?;
+        (0..count)
+            .map(|_| sampler.sample(self.data.train(), Split::Train))
+            .collect::<Result<_, _>>()
+            .map_err(|e| e.to_string())
+    }
+
+    /// The validation loss of the run's model: the live weights, or for the average run
+    /// whichever of live and average scores better on `average_probe` (timed: a run using
+    /// the average pays for that choice); the seconds that choice took; whether the average
+    /// won.
+    fn validation_loss<B: TrainBackend>(
+        &self,
+        trainer: &BenchTrainer<B>,
+        average_probe: &[HostBatch],
+        device: &B::Device,
+    ) -> (f64, f64, bool) {
+        let live = trainer.model().valid();
+        let Some(average) = trainer.averaged_model().map(|m| m.valid()) else {
+            return (live.evaluate(&self.validation, device), 0.0, false);
+        };
+        let started = Instant::now();
+        let (on_live, on_average) = (live.evaluate(average_probe, device), average.evaluate(average_probe, device));
+        let probe_seconds = started.elapsed().as_secs_f64();
+        let better = if on_average < on_live { average } else { live };
+        (better.evaluate(&self.validation, device), probe_seconds, on_average < on_live)
+    }
+
     fn report<B: TrainBackend>(&self, device: &B::Device, results: &[(u64, Vec<RunResult>)]) {
         let args = &self.args;
         println!(
@@ -431,77 +496,66 @@ impl Bench {
             let target = full.map(|f| f.final_loss() * (1.0 + args.target_slack));
             let full_time = full.zip(target).and_then(|(f, t)| f.reached(t)).map(|r| r.1);
             for run in runs {
-                let reached = target.and_then(|t| run.reached(t));
-                let (kept, rolled) = run.blocks();
-                println!(
-                    "| {seed} | {} | {} | {:.4} | {:.1} | {} | {} | {:.0}% | {} | {} | {} | {} |",
-                    run.kind.label(),
-                    run.steps(),
-                    run.final_loss(),
-                    run.train_seconds(),
-                    reached.map_or("not reached".into(), |r| format!("{:.1}", r.1)),
-                    match (reached, full_time) {
-                        (Some(r), Some(f)) if f > 0.0 => format!("{:.2}", r.1 / f),
-                        _ => "–".into(),
-                    },
-                    run.predicted_share() * 100.0,
-                    match (run.selected_share(), run.kind) {
-                        (Some(share), _) => format!("{:.0}%", share * 100.0),
-                        (None, RunKind::Average) =>
-                            format!("average chosen {}/{}", run.average_chosen, run.evaluations.len() - 1),
-                        _ => "–".into(),
-                    },
-                    run.cost_ratio().map_or("–".into(), |c| format!("{c:.3}")),
-                    match (run.efficiency(true), run.efficiency(false)) {
-                        (None, None) => "–".into(),
-                        (kept, all) => format!(
-                            "{} ({})",
-                            kept.map_or("–".into(), |e| format!("{e:.2}")),
-                            all.map_or("–".into(), |e| format!("{e:.2}"))
-                        ),
-                    },
-                    if run.kind == RunKind::Hybrid { format!("{kept} / {rolled}") } else { "–".into() },
-                );
+                println!("| {seed} | {} |", run.row(target, full_time));
             }
         }
         println!("\nOver the seeds (mean, and min–max):\n");
         println!("| run | val loss | val loss / full's | train s | time to target / full's | reached |");
         println!("|---|---|---|---|---|---|");
         for &kind in &args.runs {
-            let mut losses = Vec::new();
-            let mut relative = Vec::new();
-            let mut seconds = Vec::new();
-            let mut times = Vec::new();
-            let mut reached = 0;
-            for (_, runs) in results {
-                let Some(run) = runs.iter().find(|r| r.kind == kind) else { continue };
-                let full = runs.iter().find(|r| r.kind == RunKind::Full);
-                losses.push(run.final_loss());
-                seconds.push(run.train_seconds());
-                if let Some(full) = full {
-                    relative.push(run.final_loss() / full.final_loss());
-                    let target = full.final_loss() * (1.0 + args.target_slack);
-                    if let (Some(r), Some(f)) = (run.reached(target), full.reached(target)) {
-                        reached += 1;
-                        if f.1 > 0.0 {
-                            times.push(r.1 / f.1);
-                        }
-                    }
-                }
-            }
-            println!(
-                "| {} | {} | {} | {} | {} | {}/{} |",
-                kind.label(),
-                spread(&losses),
-                spread(&relative),
-                spread(&seconds),
-                spread(&times),
-                reached,
-                losses.len()
-            );
+            println!("| {} | {} |", kind.label(), SeedSpread::of(kind, results, args.target_slack));
         }
     }
 }
+
+/// One kind of run over the seeds.
+#[derive(Default)]
+struct SeedSpread {
+    losses: Vec<f64>,
+    /// Each seed's loss over its all-full run's.
+    relative: Vec<f64>,
+    seconds: Vec<f64>,
+    /// Time to the all-full run's target over all-full's own, where both reached it.
+    times: Vec<f64>,
+    reached: usize,
+}
+
+impl SeedSpread {
+    fn of(kind: RunKind, results: &[(u64, Vec<RunResult>)], target_slack: f64) -> Self {
+        let mut spread = Self::default();
+        for (_, runs) in results {
+            let Some(run) = runs.iter().find(|r| r.kind == kind) else { continue };
+            spread.losses.push(run.final_loss());
+            spread.seconds.push(run.train_seconds());
+            let Some(full) = runs.iter().find(|r| r.kind == RunKind::Full) else { continue };
+            spread.relative.push(run.final_loss() / full.final_loss());
+            let target = full.final_loss() * (1.0 + target_slack);
+            if let (Some(r), Some(f)) = (run.reached(target), full.reached(target)) {
+                spread.reached += 1;
+                if f.1 > 0.0 {
+                    spread.times.push(r.1 / f.1);
+                }
+            }
+        }
+        spread
+    }
+}
+
+impl std::fmt::Display for SeedSpread {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} | {} | {} | {} | {}/{}",
+            spread(&self.losses),
+            spread(&self.relative),
+            spread(&self.seconds),
+            spread(&self.times),
+            self.reached,
+            self.losses.len()
+        )
+    }
+}
+
 /// [`HybridConfig::default`] with `name=value` overrides applied through its serialised
 /// form, so every field can be set by name; the trainer validates the result.
 fn hybrid_config(overrides: &[String]) -> Result<HybridConfig, String> {
