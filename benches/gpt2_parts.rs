@@ -243,46 +243,7 @@ impl BackendJob for Parts {
             gemms::<B::InnerBackend>(&config, args.batch * seq, dtype, &timer, &device, &mut parts);
         }
         if args.parts.contains(&Part::Attention) {
-            let dims = [args.batch, config.heads, seq, config.d_model / config.heads];
-            let random =
-                || Tensor::<B::InnerBackend, 4>::random(dims, Distribution::Normal(0.0, 1.0), &device).cast(dtype);
-            let (q, k, v) = (random(), random(), random());
-            let tracked = |t: &Tensor<B::InnerBackend, 4>| Tensor::<B, 4>::from_inner(t.clone()).require_grad();
-            let lean = || lean_attention(tracked(&q), tracked(&k), tracked(&v), true).sum().backward();
-            parts.insert("attention".into(), timer.time::<B, _>("attention", &device, config.layers, None, lean));
-            let options = AttentionModuleOptions { is_causal: true, ..Default::default() };
-            let burn = || attention(tracked(&q), tracked(&k), tracked(&v), None, None, options).sum().backward();
-            // Before timing: leanburn's output and gradients against Burn's, once (a wrong
-            // kernel on a new device shows here, not only in a slow or fast row).
-            let weight = random();
-            let results = |lean: bool| {
-                let (q, k, v) = (tracked(&q), tracked(&k), tracked(&v));
-                let out = if lean {
-                    lean_attention(q.clone(), k.clone(), v.clone(), true)
-                } else {
-                    attention(q.clone(), k.clone(), v.clone(), None, None, options)
-                };
-                let grads = (out.clone() * Tensor::<B, 4>::from_inner(weight.clone())).sum().backward();
-                let grad = |t: &Tensor<B, 4>| t.grad(&grads).expect("a gradient");
-                [out.inner(), grad(&q), grad(&k), grad(&v)]
-            };
-            let (ours, burns) = (results(true), results(false));
-            let errors: Vec<String> = ["output", "dq", "dk", "dv"]
-                .iter()
-                .zip(ours.into_iter().zip(burns))
-                .map(|(name, (a, b))| {
-                    let scale = b.clone().abs().max().into_scalar().elem::<f64>().max(f64::MIN_POSITIVE);
-                    format!("{name} {:.1e}", (a - b).abs().max().into_scalar().elem::<f64>() / scale)
-                })
-                .collect();
-            eprintln!(
-                "attention, leanburn's against Burn's (largest difference over largest value): {}",
-                errors.join(", ")
-            );
-            parts.insert(
-                "attention.burn".into(),
-                timer.time::<B, _>("attention.burn", &device, config.layers, None, burn),
-            );
+            attention_parts::<B>(&args, &config, seq, dtype, &timer, &device, &mut parts);
         }
         if args.parts.contains(&Part::Step) {
             if args.precision != Precision::F32 {
@@ -300,6 +261,58 @@ impl BackendJob for Parts {
         }
         Ok(parts)
     }
+}
+
+/// `attention` (leanburn's, forward and backward, once per layer) and `attention.burn`
+/// (Burn's op), after one check of leanburn's output and gradients against Burn's.
+fn attention_parts<B: TrainBackend>(
+    args: &Args,
+    config: &Gpt2Config,
+    seq: usize,
+    dtype: FloatDType,
+    timer: &Timer,
+    device: &B::Device,
+    parts: &mut BTreeMap<String, Timing>,
+) {
+    let dims = [args.batch, config.heads, seq, config.d_model / config.heads];
+    let random = || Tensor::<B::InnerBackend, 4>::random(dims, Distribution::Normal(0.0, 1.0), device).cast(dtype);
+    let (q, k, v) = (random(), random(), random());
+    let tracked = |t: &Tensor<B::InnerBackend, 4>| Tensor::<B, 4>::from_inner(t.clone()).require_grad();
+    let lean = || lean_attention(tracked(&q), tracked(&k), tracked(&v), true).sum().backward();
+    parts.insert("attention".into(), timer.time::<B, _>("attention", device, config.layers, None, lean));
+    // Before timing Burn's: leanburn's output and gradients against Burn's, once (a wrong
+    // kernel on a new device shows here, not only in a slow or fast row).
+    attention_check::<B>([&q, &k, &v], random());
+    let options = AttentionModuleOptions { is_causal: true, ..Default::default() };
+    let burn = || attention(tracked(&q), tracked(&k), tracked(&v), None, None, options).sum().backward();
+    parts.insert("attention.burn".into(), timer.time::<B, _>("attention.burn", device, config.layers, None, burn));
+}
+
+/// Prints the largest difference over the largest value of leanburn's causal attention
+/// and its gradients against Burn's op, the output weighted by `weight` for the backward.
+fn attention_check<B: TrainBackend>(inputs: [&Tensor<B::InnerBackend, 4>; 3], weight: Tensor<B::InnerBackend, 4>) {
+    let options = AttentionModuleOptions { is_causal: true, ..Default::default() };
+    let results = |lean: bool| {
+        let [q, k, v] = inputs.map(|t| Tensor::<B, 4>::from_inner(t.clone()).require_grad());
+        let out = if lean {
+            lean_attention(q.clone(), k.clone(), v.clone(), true)
+        } else {
+            attention(q.clone(), k.clone(), v.clone(), None, None, options)
+        };
+        let grads = (out.clone() * Tensor::<B, 4>::from_inner(weight.clone())).sum().backward();
+        let grad = |t: &Tensor<B, 4>| t.grad(&grads).expect("a gradient");
+        [out.inner(), grad(&q), grad(&k), grad(&v)]
+    };
+    let (ours, burns) = (results(true), results(false));
+    let errors: Vec<String> = ["output", "dq", "dk", "dv"]
+        .iter()
+        .zip(ours.into_iter().zip(burns))
+        .map(|(name, (a, b))| {
+            let scale = b.clone().abs().max().into_scalar().elem::<f64>().max(f64::MIN_POSITIVE);
+            format!("{name} {:.1e}", (a - b).abs().max().into_scalar().elem::<f64>() / scale)
+        })
+        .collect();
+    eprintln!("attention, leanburn's against Burn's (largest difference over largest value): {}", errors.join(", "));
 }
 
 /// Median timing of a closure, the device synced around each run. What the closure returns
