@@ -351,56 +351,9 @@ fn run<B: ChunkedConv + MemoryProbe>(
         "| shape | batch | stock ms | lean ms | lean/stock time | stock fwd / dx / dw ms | lean fwd / dx / dw ms | stock reserve rise | lean reserve rise | lean workspace (chunks) | max rel. error |"
     );
     println!("|---|---|---|---|---|---|---|---|---|---|---|");
-    let mut over_budget = 0;
-    let mut wrong = 0;
-    let mut lean_times = Vec::with_capacity(list.len());
-    for shape in &list {
-        eprintln!("… {} (batch {})", shape.name, shape.batch);
-        let stock = measure::<B>(shape, args, &device);
-        let lean = measure::<Lean<B>>(shape, args, &device);
-        let options = ConvOptions::new([shape.stride; 2], [shape.padding; 2], [1, 1], 1);
-        let plan = conv2d_plan::<B>(
-            [shape.batch, shape.in_channels, shape.side, shape.side],
-            [shape.out_channels, shape.in_channels, shape.kernel, shape.kernel],
-            &options,
-            elem_bytes,
-        );
-        if !plan.fits_budget() {
-            over_budget += 1;
-        }
-        let errors = lean_errors::<B>(shape, &device);
-        let error = errors.into_iter().fold(0.0, f32::max);
-        let within = error <= tolerance;
-        if !within {
-            wrong += 1;
-        }
-        println!(
-            "| {} | {} | {:.1} | {:.1} | {:.2} | {} | {} | {} | {} | {} ({}{}){} | {:.1e}{} |",
-            shape.name,
-            shape.batch,
-            stock.median.as_secs_f64() * 1e3,
-            lean.median.as_secs_f64() * 1e3,
-            lean.median.as_secs_f64() / stock.median.as_secs_f64(),
-            parts_ms(&stock.parts),
-            parts_ms(&lean.parts),
-            memory(stock.reserve_rise),
-            memory(lean.reserve_rise),
-            format_bytes(plan.workspace_bytes as f64),
-            plan.chunks,
-            if plan.row_tiles > 1 { format!(" × {} row tiles", plan.row_tiles) } else { String::new() },
-            if plan.fits_budget() { "" } else { " over budget: one output row" },
-            error,
-            if within {
-                String::new()
-            } else {
-                format!(
-                    " **over tolerance** (forward {:.1e}, input grad {:.1e}, weight grad {:.1e})",
-                    errors[0], errors[1], errors[2]
-                )
-            },
-        );
-        lean_times.push(lean.median);
-    }
+    let rows: Vec<Row> = list.iter().map(|shape| row::<B>(shape, args, &device, elem_bytes, tolerance)).collect();
+    let over_budget = rows.iter().filter(|row| row.over_budget).count();
+    let wrong = rows.iter().filter(|row| row.wrong).count();
     if over_budget > 0 {
         println!(
             "\n{over_budget} shape(s) need more than the budget for a single output row; Lean runs those one row at a time."
@@ -410,7 +363,66 @@ fn run<B: ChunkedConv + MemoryProbe>(
     if wrong > 0 {
         eprintln!("error: {wrong} shape(s) differ from stock beyond {tolerance:.0e} ({label})");
     }
-    Table { lean_times, wrong }
+    Table { lean_times: rows.iter().map(|row| row.lean).collect(), wrong }
+}
+
+/// What the table keeps of a shape's row.
+struct Row {
+    /// `Lean`'s median time.
+    lean: Duration,
+    /// `Lean`'s plan needs more than the budget for one output row.
+    over_budget: bool,
+    /// `Lean`'s results differ from stock's beyond the tolerance.
+    wrong: bool,
+}
+
+/// Times `shape` on stock `B` and on `Lean<B>`, compares their results, prints the row.
+fn row<B: ChunkedConv + MemoryProbe>(
+    shape: &Shape,
+    args: &Args,
+    device: &B::Device,
+    elem_bytes: usize,
+    tolerance: f32,
+) -> Row {
+    eprintln!("… {} (batch {})", shape.name, shape.batch);
+    let stock = measure::<B>(shape, args, device);
+    let lean = measure::<Lean<B>>(shape, args, device);
+    let options = ConvOptions::new([shape.stride; 2], [shape.padding; 2], [1, 1], 1);
+    let plan = conv2d_plan::<B>(
+        [shape.batch, shape.in_channels, shape.side, shape.side],
+        [shape.out_channels, shape.in_channels, shape.kernel, shape.kernel],
+        &options,
+        elem_bytes,
+    );
+    let errors = lean_errors::<B>(shape, device);
+    let error = errors.into_iter().fold(0.0, f32::max);
+    let within = error <= tolerance;
+    println!(
+        "| {} | {} | {:.1} | {:.1} | {:.2} | {} | {} | {} | {} | {} ({}{}){} | {:.1e}{} |",
+        shape.name,
+        shape.batch,
+        stock.median.as_secs_f64() * 1e3,
+        lean.median.as_secs_f64() * 1e3,
+        lean.median.as_secs_f64() / stock.median.as_secs_f64(),
+        parts_ms(&stock.parts),
+        parts_ms(&lean.parts),
+        memory(stock.reserve_rise),
+        memory(lean.reserve_rise),
+        format_bytes(plan.workspace_bytes as f64),
+        plan.chunks,
+        if plan.row_tiles > 1 { format!(" × {} row tiles", plan.row_tiles) } else { String::new() },
+        if plan.fits_budget() { "" } else { " over budget: one output row" },
+        error,
+        if within {
+            String::new()
+        } else {
+            format!(
+                " **over tolerance** (forward {:.1e}, input grad {:.1e}, weight grad {:.1e})",
+                errors[0], errors[1], errors[2]
+            )
+        },
+    );
+    Row { lean: lean.median, over_budget: !plan.fits_budget(), wrong: !within }
 }
 
 /// Runs `Lean` against stock on the fused and the unfused CubeCL stack; returns how many
