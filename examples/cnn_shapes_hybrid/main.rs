@@ -203,6 +203,37 @@ fn check_info_batch(args: &Args) -> Result<(), Failure> {
     Ok(())
 }
 
+/// `--lr` positive and `--noise` not negative, both finite.
+fn check_numbers(args: &Args) -> Result<(), Failure> {
+    if !(args.lr.is_finite() && args.lr > 0.0) {
+        return Err(bad_input(format!("--lr must be a positive number, got {}", args.lr)));
+    }
+    if !(args.noise.is_finite() && args.noise >= 0.0) {
+        return Err(bad_input(format!("--noise must be zero or positive, got {}", args.noise)));
+    }
+    Ok(())
+}
+
+/// The validation batches (`--eval-batches` of `eval_batch` images) and what is left to
+/// train on: of `--data`'s images, those spread over the file are held out and the rest
+/// trained on; without them, generated shapes of their own seed.
+fn hold_out(
+    images: Option<IdxImages>,
+    args: &Args,
+    resolution: usize,
+    eval_batch: usize,
+) -> Result<(Vec<ImageBatch>, Option<IdxImages>), Failure> {
+    let eval_batches = args.run.eval_batches as usize;
+    let Some(images) = images else {
+        let validation = shapes_validation(resolution, eval_batch, eval_batches, args.run.seed)
+            .map_err(|e| bad_input(e.to_string()))?;
+        return Ok((validation, None));
+    };
+    let (train, held_out) =
+        images.split_off(eval_batch * eval_batches).map_err(|e| bad_input(format!("--data: {e}")))?;
+    Ok((held_out.batches(eval_batch, eval_batches), Some(train)))
+}
+
 fn run(args: Args, matches: &ArgMatches) -> Result<(), Failure> {
     // `--data`'s images are read first: their classes, channels and side shape the net.
     let images = match &args.data {
@@ -215,12 +246,7 @@ fn run(args: Args, matches: &ArgMatches) -> Result<(), Failure> {
     };
     let config = NetConfig::new(args.net, args.widths.clone(), classes, channels)?;
     config.check_resolution(resolution, images.is_some())?;
-    if !(args.lr.is_finite() && args.lr > 0.0) {
-        return Err(bad_input(format!("--lr must be a positive number, got {}", args.lr)));
-    }
-    if !(args.noise.is_finite() && args.noise >= 0.0) {
-        return Err(bad_input(format!("--noise must be zero or positive, got {}", args.noise)));
-    }
+    check_numbers(&args)?;
     check_info_batch(&args)?;
     if let Some(mib) = args.conv_workspace_mib {
         ConvBudget::set_global(ConvBudget::from_mib(mib as usize));
@@ -243,20 +269,7 @@ fn run(args: Args, matches: &ArgMatches) -> Result<(), Failure> {
     // one-device run with that batch does.
     let replicas = devices.as_ref().map_or(1, Vec::len);
     let eval_batch = (args.batch as usize * replicas).min(64);
-    let eval_batches = args.run.eval_batches as usize;
-    let (validation, images) = match images {
-        // Images spread over the file are held out; the rest are trained on.
-        Some(images) => {
-            let (train, held_out) =
-                images.split_off(eval_batch * eval_batches).map_err(|e| bad_input(format!("--data: {e}")))?;
-            (held_out.batches(eval_batch, eval_batches), Some(train))
-        }
-        None => (
-            shapes_validation(resolution, eval_batch, eval_batches, args.run.seed)
-                .map_err(|e| bad_input(e.to_string()))?,
-            None,
-        ),
-    };
+    let (validation, images) = hold_out(images, &args, resolution, eval_batch)?;
     let (out, mode, checkpointing, conv) = (args.out.clone(), args.run.mode, args.execution.checkpointing, args.conv);
     let plan = Plan { args, config, dir, validation, images, resolution };
     let (summary, outcome) = match (devices, conv) {
