@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Writes the reference state `tests/gpt2_parity/` checks leanburn's GPT-2 against, the way
+"""Writes the reference state `tests/parity/gpt2_parity/` checks leanburn's GPT-2 against, the way
 llm.c's `test_gpt2` checks its model: a small GPT-2 computed by an independent
 implementation, Hugging Face transformers' `GPT2LMHeadModel` (exact-erf GELU, eager
 attention, float32, no dropout), and PyTorch's own AdamW and `clip_grad_norm_`.

@@ -29,7 +29,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
-device_lane=(vram_stability conv_memory attention_memory)
+device_lane=(vram_stability)
 
 fmt_status=0
 if cargo fmt --version >/dev/null 2>&1; then

@@ -369,7 +369,7 @@ impl<B: TransformerOps> Gpt2<B> {
     }
 
     /// Burn's `gelu` op in every MLP instead of the exact GELU with its exact derivative:
-    /// only for showing that `tests/gpt2_parity/` catches Burn 0.21's tanh-approximation
+    /// only for showing that `tests/parity/gpt2_parity/` catches Burn 0.21's tanh-approximation
     /// derivative (on CubeCL and ndarray).
     #[doc(hidden)]
     pub fn with_burn_gelu(mut self) -> Self {

@@ -6,7 +6,7 @@
 //! keep a norm of up to `c`, so a model of `n` tensors is clipped at up to `c·√n` in all, and
 //! the update's direction changes wherever one tensor is clipped and another is not. A run
 //! configured as "AdamW, clipped at 1" then takes other steps than the same run in PyTorch
-//! (`tests/gpt2_parity/` measures it). [`GlobalNormClipping`] wraps any Burn optimizer
+//! (`tests/parity/gpt2_parity/` measures it). [`GlobalNormClipping`] wraps any Burn optimizer
 //! (give it one without its own clipping) and scales all gradients by
 //! `min(1, max_norm / (‖g‖ + 1e-6))` before that optimizer sees them.
 //!

@@ -3,7 +3,7 @@
 //! AdamW update one kernel per parameter on the CubeCL backends ([`FusedAdamW`]), or per
 //! group of parameters ([`ClippedAdamW`], which updates all of them in one op, with
 //! `LEANBURN_OPTIMIZER=grouped`).
-//! `tests/gpt2_parity/` checks ten steps of it against PyTorch's.
+//! `tests/parity/gpt2_parity/` checks ten steps of it against PyTorch's.
 
 mod adamw;
 mod clip;

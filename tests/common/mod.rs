@@ -12,8 +12,14 @@ use burn::tensor::Distribution;
 /// Memory tests read one device pool; running two at once would mix their readings.
 static DEVICE_POOL: Mutex<()> = Mutex::new(());
 
+/// The device lock, with the process-wide settings a test may change (the convolution
+/// budget, the attention workspace) back at their defaults: a test sees the ones it sets
+/// itself, not the ones an earlier test of the same binary left.
 pub fn exclusive_device() -> MutexGuard<'static, ()> {
-    DEVICE_POOL.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    let guard = DEVICE_POOL.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    leanburn::backend::ConvBudget::set_global(leanburn::backend::ConvBudget::default());
+    leanburn::backend::set_attention_workspace(leanburn::backend::DEFAULT_ATTENTION_WORKSPACE_BYTES);
+    guard
 }
 
 /// The wgpu device CI runs on: the default adapter, llvmpipe on a machine without a GPU.

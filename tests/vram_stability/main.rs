@@ -21,15 +21,33 @@
 //! - `rollback`: rollbacks and checkpoint save/resume cycles leave nothing behind.
 //! - `selection`: steps that score their examples (forward only, on the inner model) and
 //!   train on the chosen ones stay flat; scoring on the autodiff model grows.
+//! - `conv_memory`: `Lean`'s convolutions keep their workspace within the budget, tile an
+//!   image over it by rows, and leave nothing on the device between calls.
+//! - `attention_memory`: `Lean`'s attention keeps no `T × T` scores through a step, and its
+//!   two paths agree with each other and with Burn's.
+//! - `lm_loss_memory`: the chunked LM-head loss keeps the `tokens × vocab` logits off the
+//!   device.
+//! - `persistent_weights`: weights built by `materialize_persistent` reserve their own size,
+//!   not a shared page.
+//!
+//! One binary, one process: the tests take turns at the device lock
+//! (`common::exclusive_device`), which also puts the process-wide settings some of them
+//! change (the convolution budget, the attention workspace) back to their defaults.
+//! (Four of these modules were binaries of their own until 2026-11-30: one binary links
+//! and instantiates Burn's generics once, and compiles each kernel once; docs/ci.md.)
 
 #[path = "../common/mod.rs"]
 mod common;
 
+mod attention_memory;
 mod checkpointing;
+mod conv_memory;
 mod data;
 mod execution;
 mod forward;
 mod hybrid;
+mod lm_loss_memory;
+mod persistent_weights;
 mod pool;
 mod precision;
 mod predict;

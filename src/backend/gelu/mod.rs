@@ -5,7 +5,7 @@
 //! approximation*. Flex overrides both exactly; the CubeCL backends (CUDA, wgpu, fused or
 //! not) and ndarray keep the defaults, so under `Autodiff` they train on gradients of a
 //! function they do not compute (off by up to about 1e-3 per element;
-//! `tests/gelu_derivative.rs` measures it against finite differences).
+//! `tests/parity/gelu_derivative.rs` measures it against finite differences).
 //!
 //! [`GeluOps::exact_gelu`] is the exact GELU whose autodiff backward is the exact
 //! derivative, `Φ(x) + x·φ(x)`, on every backend: [`exact_gelu`] in a model instead of

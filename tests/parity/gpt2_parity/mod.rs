@@ -23,9 +23,9 @@
 //! clipping in place of the global norm.
 
 mod bf16;
-#[path = "../common/mod.rs"]
-mod common;
 mod reference;
+
+use crate::common;
 
 use std::collections::BTreeMap;
 

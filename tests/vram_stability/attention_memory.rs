@@ -12,8 +12,6 @@
 //! 18, which the kernels do not take (a multiple of 4 is needed), over 1,024 tokens (8 MiB
 //! per score tensor; llvmpipe took minutes over 2,048) in a 2 MiB workspace.
 
-mod common;
-
 use burn::backend::wgpu::{WgpuDevice, WgpuRuntime};
 use burn::backend::Autodiff;
 use burn::prelude::*;
@@ -88,8 +86,8 @@ fn step_rise<B: AutodiffBackend<Device = WgpuDevice> + AttentionOps + MemoryProb
 
 #[test]
 fn lean_attention_never_reserves_the_scores() {
-    let _device_lock = common::exclusive_device();
-    let device = common::wgpu_device();
+    let _device_lock = crate::common::exclusive_device();
+    let device = crate::common::wgpu_device();
     set_attention_workspace(WORKSPACE);
     // Warm the kernels (compilation allocates too), then measure each.
     let (kernel, composed) = ([SEQ, KERNEL_HEAD_DIM], [COMPOSED_SEQ, COMPOSED_HEAD_DIM]);
@@ -155,8 +153,8 @@ fn outputs_and_gradients(device: &WgpuDevice, shape: [usize; 4], causal: bool, l
 #[test]
 fn lean_attention_matches_burns_on_the_cubecl_runtime() {
     // Tolerance as in the unit tests: |ours − Burn's| ≤ 1e-4 + 1e-4·|Burn's|.
-    let _device_lock = common::exclusive_device();
-    let device = common::wgpu_device();
+    let _device_lock = crate::common::exclusive_device();
+    let device = crate::common::wgpu_device();
     // The composed path (head dimension 6: the fused kernels take multiples of 4; they are
     // compared with Burn's in the unit tests and against their reference in
     // leanburn-kernels). One shape: kernels compile per shape on llvmpipe (minutes cold); the
@@ -238,8 +236,8 @@ fn lean_on_its_gemms_matches_the_definition_and_its_kernels_on_the_cubecl_runtim
     // 32, then sums its key and value gradients with the next), one at 24. Few shapes and
     // blocks: each compiles its products on llvmpipe, and the kernels compile per head
     // dimension (at 128, a minute of Mesa's LLVM here), so the kernels run at 32 and 64.
-    let _device_lock = common::exclusive_device();
-    let device = common::wgpu_device();
+    let _device_lock = crate::common::exclusive_device();
+    let device = crate::common::wgpu_device();
     for (shape, keys, causal, with_kernels) in
         [([2, 2, 40, 32], 40, true, true), ([1, 3, 33, 64], 41, false, true), ([1, 2, 24, 128], 30, true, false)]
     {
@@ -288,8 +286,8 @@ fn lse_rank<Backend: AttentionOps<Device = WgpuDevice>>(device: &WgpuDevice) -> 
 #[test]
 fn the_path_decides_which_forward_runs_on_the_unfused_and_the_fused_stack() {
     // The control for the comparison above: the switch does change the path taken.
-    let _device_lock = common::exclusive_device();
-    let device = common::wgpu_device();
+    let _device_lock = crate::common::exclusive_device();
+    let device = crate::common::wgpu_device();
     type Unfused = Lean<CubeBackend<WgpuRuntime, f32, i32, u32>>;
     type Fused = Lean<burn::backend::Wgpu>;
     assert_eq!([lse_rank::<Unfused>(&device), lse_rank::<Fused>(&device)], [2, 2], "the kernels by default");
@@ -328,8 +326,8 @@ fn a_gpt2_step_has_the_same_loss_and_gradients_on_either_path() {
     // Both paths compute in f32 here (no TF32 on llvmpipe): the loss within 1e-5 relative,
     // each gradient within 1e-4 of its norm; the control: another batch's gradients, which
     // must differ by more.
-    let _device_lock = common::exclusive_device();
-    let device = common::wgpu_device();
+    let _device_lock = crate::common::exclusive_device();
+    let device = crate::common::wgpu_device();
     let (loss, kernels) = gpt2_step(&device, 1);
     let (other_loss, other) = gpt2_step(&device, 2);
     let (gemm_loss, on_gemms) = {

@@ -12,8 +12,7 @@
 //! makes: the transient workspace stays within the budget, whatever the batch, and
 //! nothing stays on the device between calls.
 
-mod common;
-
+use crate::common::{exclusive_device, image_batch, wgpu_device, CLASSES};
 use burn::backend::wgpu::{WgpuDevice, WgpuRuntime};
 use burn::backend::{Autodiff, Wgpu};
 use burn::module::Module;
@@ -24,7 +23,6 @@ use burn::tensor::module::{conv2d, conv_transpose2d};
 use burn::tensor::ops::{ConvOptions, ConvTransposeOptions};
 use burn::tensor::Distribution;
 use burn_cubecl::CubeBackend;
-use common::{exclusive_device, image_batch, wgpu_device, CLASSES};
 use leanburn::backend::{conv2d_plan, conv_transpose2d_plan, ConvPlan};
 use leanburn::device::{init_memory_pool, DeviceChoice, PoolLayout};
 use leanburn::memory::MemorySample;

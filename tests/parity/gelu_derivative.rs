@@ -9,8 +9,7 @@
 //! 1e-7, rounding about 2e-5. The tolerance, [`TOLERANCE`], sits between that and the tanh
 //! derivative's error, up to 8.7e-4 near |x| = 2.
 
-#[path = "common/mod.rs"]
-mod common;
+use crate::common;
 
 use burn::backend::{Autodiff, Flex, NdArray, Wgpu};
 use burn::prelude::*;

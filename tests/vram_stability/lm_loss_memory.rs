@@ -7,8 +7,6 @@
 //! the control: its logits (256 tokens × 32,768 ids × 4 B = 32 MiB per copy) must show,
 //! or the measurement could not see what chunking removes.
 
-mod common;
-
 use burn::backend::wgpu::{WgpuDevice, WgpuRuntime};
 use burn::backend::Autodiff;
 use burn::prelude::*;
@@ -56,8 +54,8 @@ fn step_rise(model: &Gpt2<B>, device: &WgpuDevice) -> u64 {
 
 #[test]
 fn the_chunked_loss_never_reserves_the_logits() {
-    let _device_lock = common::exclusive_device();
-    let device = common::wgpu_device();
+    let _device_lock = crate::common::exclusive_device();
+    let device = crate::common::wgpu_device();
     // One narrow layer and a large vocabulary: the logits dominate the step.
     let config = Gpt2Config::new(VOCAB, SEQ, 1, 32, 2);
     let model: Gpt2<B> = config.init(&device);

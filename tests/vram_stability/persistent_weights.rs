@@ -5,7 +5,7 @@
 //! built and read. On llvmpipe a 20 MiB slice needs a 128 MiB page. The control is Burn's
 //! own lazy initialiser (`materialize`): under Fusion its random draw runs only when the
 //! weight is first read, outside the persistent window, so the weight lands in such a
-//! page. This binary is its own process, so the pool is this test's alone.
+//! page. The test holds the device lock, so the pool is this test's alone while it runs.
 
 use burn::backend::wgpu::WgpuDevice;
 use burn::backend::{Autodiff, Wgpu};
@@ -24,7 +24,8 @@ fn reserved(device: &WgpuDevice) -> u64 {
 
 #[test]
 fn persistent_weights_reserve_their_size_and_lazy_ones_a_page() {
-    let device = WgpuDevice::DefaultDevice;
+    let _device_lock = crate::common::exclusive_device();
+    let device = crate::common::wgpu_device();
     // [1024 → 5120]: a 20 MiB weight and a 20 KiB bias.
     let start = reserved(&device);
     let lazy = materialize(LinearConfig::new(1024, 5120).init::<B>(&device));
