@@ -7,6 +7,7 @@ use burn::optim::Optimizer;
 use indicatif::{ProgressBar, ProgressStyle};
 use leanburn::memory::{format_bytes, InStepReading};
 use leanburn::runner::{BatchSource, StopRequest};
+use leanburn::trainer::TrainerStatistics;
 use leanburn::MemoryProbe;
 use leanburn::{HybridBatch, HybridModel, HybridTrainer};
 use leanburn::{RunDir, RunEvent, RunOutcome, RunSettings, Runner, Validation};
@@ -208,6 +209,20 @@ pub fn summary(title: &str, outcome: &RunOutcome, dir: &RunDir, item: &str) -> S
         stats.predicted_share * 100.0,
         stats.rollbacks,
     );
+    text += &occasional_lines(stats);
+    text += &memory_lines(outcome);
+    text += &match &outcome.last_checkpoint {
+        Some((step, path)) => format!("checkpoint of step {step}: {} (continue with --resume)\n", path.display()),
+        None => "no checkpoint written\n".into(),
+    };
+    text += &format!("metrics: {}", dir.metrics_path().display());
+    text
+}
+
+/// The summary's lines for what only some runs do: selection, steps skipped for overflow,
+/// the pool's trims (empty where none happened).
+fn occasional_lines(stats: &TrainerStatistics) -> String {
+    let mut text = String::new();
     if let Some(share) = stats.selected_share() {
         text += &format!(
             "selection: backward on {:.0}% of the {} examples its steps scored\n",
@@ -222,28 +237,15 @@ pub fn summary(title: &str, outcome: &RunOutcome, dir: &RunDir, item: &str) -> S
         text +=
             &format!("pool trimmed {} times, {} handed back\n", stats.trims, format_bytes(stats.trimmed_bytes as f64));
     }
-    let memory = &outcome.memory;
-    if let (Some(peak), Some(last)) = (stats.peak_bytes_in_use, memory.current) {
-        text += &format!(
-            "device memory in use: peak {}, final {}; after warmup: {}\n",
-            format_bytes(peak as f64),
-            format_bytes(last.bytes_in_use as f64),
-            memory.leak.as_ref().map_or("not fitted".into(), |leak| leak.to_string()),
-        );
-        let reserve = memory.peak_reserved.map_or("-".into(), |bytes| format_bytes(bytes as f64));
-        text += &format!("memory pool: reserve peak {reserve}, {}\n", memory.pool);
-        if let Some(peak) = in_step_peak(outcome) {
-            text += &format!(
-                "in-step peak (pool read {} times during the steps after each process's first): in use {}, \
-                 reserved {} (reserve / in-use peak {:.2})\n",
-                peak.readings,
-                format_bytes(peak.peak_in_use as f64),
-                format_bytes(peak.peak_reserved as f64),
-                peak.peak_reserved as f64 / peak.peak_in_use.max(1) as f64
-            );
-        }
-    } else {
-        text += "device memory: not available on this backend (no device pool to read)\n";
+    text
+}
+
+/// The summary's memory lines: the device pool's readings where there is one (in use, the
+/// leak fit, the reserve, the in-step peak), else the process's resident memory.
+fn memory_lines(outcome: &RunOutcome) -> String {
+    let (stats, memory) = (&outcome.statistics, &outcome.memory);
+    let (Some(peak), Some(last)) = (stats.peak_bytes_in_use, memory.current) else {
+        let mut text = "device memory: not available on this backend (no device pool to read)\n".to_string();
         if let Some(host) = memory.host {
             text += &format!(
                 "host memory (process resident): peak {}, final {}\n",
@@ -251,11 +253,25 @@ pub fn summary(title: &str, outcome: &RunOutcome, dir: &RunDir, item: &str) -> S
                 format_bytes(host.resident as f64)
             );
         }
-    }
-    text += &match &outcome.last_checkpoint {
-        Some((step, path)) => format!("checkpoint of step {step}: {} (continue with --resume)\n", path.display()),
-        None => "no checkpoint written\n".into(),
+        return text;
     };
-    text += &format!("metrics: {}", dir.metrics_path().display());
+    let mut text = format!(
+        "device memory in use: peak {}, final {}; after warmup: {}\n",
+        format_bytes(peak as f64),
+        format_bytes(last.bytes_in_use as f64),
+        memory.leak.as_ref().map_or("not fitted".into(), |leak| leak.to_string()),
+    );
+    let reserve = memory.peak_reserved.map_or("-".into(), |bytes| format_bytes(bytes as f64));
+    text += &format!("memory pool: reserve peak {reserve}, {}\n", memory.pool);
+    if let Some(peak) = in_step_peak(outcome) {
+        text += &format!(
+            "in-step peak (pool read {} times during the steps after each process's first): in use {}, \
+             reserved {} (reserve / in-use peak {:.2})\n",
+            peak.readings,
+            format_bytes(peak.peak_in_use as f64),
+            format_bytes(peak.peak_reserved as f64),
+            peak.peak_reserved as f64 / peak.peak_in_use.max(1) as f64
+        );
+    }
     text
 }
