@@ -8,10 +8,12 @@ use burn::module::AutodiffModule;
 use burn::optim::Optimizer;
 use burn::tensor::backend::AutodiffBackend;
 use burn::train::{
-    EventProcessorTraining, InferenceStep, Interrupter, Learner, LearnerEvent, LearningComponentsMarker,
-    SupervisedLearningStrategy, SupervisedTrainingEventProcessor, TrainLoader, TrainStep, TrainingComponents,
-    TrainingItem, ValidLoader,
+    EventProcessorTraining, InferenceStep, Interrupter, Learner, LearnerEvent, LearningCheckpointer,
+    LearningComponentsMarker, SupervisedLearningStrategy, SupervisedTrainingEventProcessor, TrainLoader, TrainStep,
+    TrainingComponents, TrainingItem, ValidLoader,
 };
+
+use burn::train::metric::store::EventStoreClient;
 
 use super::telemetry::StepTelemetry;
 use crate::memory::MemoryProbe;
@@ -175,6 +177,38 @@ fn validate_epoch<B, LR, M, O>(
     }
 }
 
+/// The end of an epoch on disk: the trainer's checkpoint (what `--resume` reads), and
+/// Burn's checkpointer's, given the trainer's model and optimizer through the `Learner`.
+/// A trainer checkpoint that cannot be written stops the training.
+fn save_epoch<B, LR, M, O, T>(
+    strategy: &HybridStrategy<B, O>,
+    trainer: &HybridTrainer<B, M, O, T>,
+    learner: &mut Learner<LearningComponentsMarker<B, LR, M, O>>,
+    checkpointer: Option<&mut LearningCheckpointer<LearningComponentsMarker<B, LR, M, O>>>,
+    epoch: usize,
+    event_store: &EventStoreClient,
+    interrupter: &Interrupter,
+) where
+    B: AutodiffBackend + MemoryProbe,
+    LR: LrScheduler + 'static,
+    M: HybridModel<B, T> + TrainStep<Input = T> + AutodiffModule<B> + core::fmt::Display + 'static,
+    M::InnerModule: InferenceStep,
+    O: Optimizer<M, B> + 'static,
+    T: HybridBatch<B>,
+{
+    if let Some(dir) = &strategy.checkpoints {
+        if let Err(err) = trainer.save_checkpoint(dir) {
+            tracing::error!(%err, "checkpoint failed");
+            interrupter.stop(Some(&format!("HybridStrategy: checkpoint: {err}")));
+        }
+    }
+    if let Some(checkpointer) = checkpointer {
+        learner.load_model(trainer.model().clone().into_record());
+        learner.load_optim(trainer.optimizer().to_record());
+        checkpointer.checkpoint(learner, epoch, event_store);
+    }
+}
+
 impl<B, LR, M, O, T> SupervisedLearningStrategy<LearningComponentsMarker<B, LR, M, O>> for HybridStrategy<B, O>
 where
     B: AutodiffBackend + MemoryProbe,
@@ -227,17 +261,7 @@ where
             );
             event_processor.process_valid(LearnerEvent::EndEpoch(epoch));
 
-            if let Some(dir) = &self.checkpoints {
-                if let Err(err) = trainer.save_checkpoint(dir) {
-                    tracing::error!(%err, "checkpoint failed");
-                    interrupter.stop(Some(&format!("HybridStrategy: checkpoint: {err}")));
-                }
-            }
-            if let Some(checkpointer) = burn_checkpointer.as_mut() {
-                learner.load_model(trainer.model().clone().into_record());
-                learner.load_optim(trainer.optimizer().to_record());
-                checkpointer.checkpoint(&learner, epoch, &event_store);
-            }
+            save_epoch(self, &trainer, &mut learner, burn_checkpointer.as_mut(), epoch, &event_store, &interrupter);
             if early_stopping.as_mut().is_some_and(|stopping| stopping.should_stop(epoch, &event_store)) {
                 break;
             }
