@@ -319,17 +319,38 @@ fn a_precision_the_backend_lacks_is_refused_by_name() {
 #[test]
 fn a_tensor_larger_than_the_devices_largest_buffer_is_refused_before_training() {
     let out = scratch("largest-buffer");
-    // gpt2-small's full logits at 8 × 1024 tokens are 1.6 GB in one tensor: more than
+    // gpt2-micro's full logits at 8 × 256 tokens are 412 MB in one tensor: more than
     // llvmpipe's 128 MiB buffers (and most GPUs' wgpu limits), which CubeCL could only
-    // fail on in the middle of the first step.
+    // fail on in the middle of the first step. Its weights fit (the token embedding is
+    // 77 MiB), so chunks of the logits would do.
     let refused = example()
-        .args(["--backend", "wgpu", "--allow-software", "--preset", "gpt2-small", "--batch", "8", "--seq", "1024"])
+        .args(["--backend", "wgpu", "--allow-software", "--preset", "gpt2-micro", "--batch", "8", "--seq", "256"])
         .args(["--loss-chunk", "0", "--steps", "1", "--out"])
         .arg(&out)
         .output()
         .unwrap();
     assert_fails(&refused, 2, "is larger than the largest buffer this device allocates");
-    assert!(String::from_utf8_lossy(&refused.stderr).contains("or pass --loss-chunk 256"), "{}", text(&refused));
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(stderr.contains("or pass --loss-chunk 256"), "{}", text(&refused));
+    assert!(!stderr.contains("token embedding"), "{}", text(&refused));
+}
+
+#[test]
+fn a_weight_larger_than_the_devices_largest_buffer_asks_for_a_smaller_preset() {
+    let out = scratch("largest-weight");
+    // gpt2-small's token embedding (50,257 × 768 in f32, 147 MiB) is more than llvmpipe's
+    // 128 MiB buffers at any batch, sequence or loss chunk: only a smaller preset helps
+    // (the test above, a tensor that chunks would shrink, is the control).
+    let refused = example()
+        .args(["--backend", "wgpu", "--allow-software", "--preset", "gpt2-small", "--batch", "1", "--seq", "32"])
+        .args(["--loss-chunk", "32", "--steps", "1", "--out"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert_fails(&refused, 2, "the token embedding of this preset (50257 × 768, f32), 147.24 MiB");
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(stderr.contains("use a smaller --preset"), "{}", text(&refused));
+    assert!(!stderr.contains("lower --batch") && !stderr.contains("pass --loss-chunk"), "{}", text(&refused));
 }
 
 #[test]

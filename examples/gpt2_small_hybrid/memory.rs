@@ -120,9 +120,21 @@ impl RunMemory<'_> {
     }
 
     /// Not an estimate: CubeCL cannot allocate a buffer larger than its largest page.
+    /// Where a weight is the tensor too large, only a smaller model helps.
     fn fits_the_largest_page(&self, reserve: &Gpt2PoolReserve, largest_page: u64) -> Result<(), Failure> {
         if reserve.largest_tensor <= largest_page {
             return Ok(());
+        }
+        let embedding = self.embedding_bytes();
+        if embedding > largest_page {
+            return Err(bad_input(format!(
+                "the token embedding of this preset ({} × {}, f32), {}, is larger than the largest buffer this \
+                 device allocates, {}: use a smaller --preset (--batch, --seq and --loss-chunk change no weight's size)",
+                self.config.padded_vocab(),
+                self.config.d_model,
+                format_bytes(embedding as f64),
+                format_bytes(largest_page as f64),
+            )));
         }
         Err(bad_input(format!(
             "one tensor of this run, {}, is larger than the largest buffer this device allocates, {}: \
@@ -131,6 +143,11 @@ impl RunMemory<'_> {
             format_bytes(largest_page as f64),
             self.chunk_advice(|chunk| format!(", or pass --loss-chunk {chunk}")),
         )))
+    }
+
+    /// The largest weight, the token embedding (tied to the LM head), as its f32 master copy.
+    fn embedding_bytes(&self) -> u64 {
+        (self.config.padded_vocab() * self.config.d_model * 4) as u64
     }
 
     /// Where the logits are whole and chunks of a sequence would need less, says so.
