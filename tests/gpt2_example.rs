@@ -318,17 +318,11 @@ fn a_precision_the_backend_lacks_is_refused_by_name() {
 
 #[test]
 fn a_tensor_larger_than_the_devices_largest_buffer_is_refused_before_training() {
-    let out = scratch("largest-buffer");
     // gpt2-micro's full logits at 8 × 256 tokens are 412 MB in one tensor: more than
     // llvmpipe's 128 MiB buffers (and most GPUs' wgpu limits), which CubeCL could only
     // fail on in the middle of the first step. Its weights fit (the token embedding is
     // 77 MiB), so chunks of the logits would do.
-    let refused = example()
-        .args(["--backend", "wgpu", "--allow-software", "--preset", "gpt2-micro", "--batch", "8", "--seq", "256"])
-        .args(["--loss-chunk", "0", "--steps", "1", "--out"])
-        .arg(&out)
-        .output()
-        .unwrap();
+    let refused = run_on_llvmpipe("largest-buffer", ["gpt2-micro", "8", "256", "0"]);
     assert_fails(&refused, 2, "is larger than the largest buffer this device allocates");
     let stderr = String::from_utf8_lossy(&refused.stderr);
     assert!(stderr.contains("or pass --loss-chunk 256"), "{}", text(&refused));
@@ -337,20 +331,25 @@ fn a_tensor_larger_than_the_devices_largest_buffer_is_refused_before_training() 
 
 #[test]
 fn a_weight_larger_than_the_devices_largest_buffer_asks_for_a_smaller_preset() {
-    let out = scratch("largest-weight");
     // gpt2-small's token embedding (50,257 × 768 in f32, 147 MiB) is more than llvmpipe's
     // 128 MiB buffers at any batch, sequence or loss chunk: only a smaller preset helps
     // (the test above, a tensor that chunks would shrink, is the control).
-    let refused = example()
-        .args(["--backend", "wgpu", "--allow-software", "--preset", "gpt2-small", "--batch", "1", "--seq", "32"])
-        .args(["--loss-chunk", "32", "--steps", "1", "--out"])
-        .arg(&out)
-        .output()
-        .unwrap();
+    let refused = run_on_llvmpipe("largest-weight", ["gpt2-small", "1", "32", "32"]);
     assert_fails(&refused, 2, "the token embedding of this preset (50257 × 768, f32), 147.24 MiB");
     let stderr = String::from_utf8_lossy(&refused.stderr);
     assert!(stderr.contains("use a smaller --preset"), "{}", text(&refused));
     assert!(!stderr.contains("lower --batch") && !stderr.contains("pass --loss-chunk"), "{}", text(&refused));
+}
+
+/// One step of the example on llvmpipe with `[preset, batch, seq, loss chunk]`, into a
+/// scratch folder `name`.
+fn run_on_llvmpipe(name: &str, [preset, batch, seq, chunk]: [&str; 4]) -> std::process::Output {
+    example()
+        .args(["--backend", "wgpu", "--allow-software", "--preset", preset, "--batch", batch, "--seq", seq])
+        .args(["--loss-chunk", chunk, "--steps", "1", "--out"])
+        .arg(scratch(name))
+        .output()
+        .unwrap()
 }
 
 #[test]
