@@ -76,7 +76,7 @@ use burn::train::InferenceStep;
 use clap::{Parser, ValueEnum};
 use leanburn::backend::lean_attention;
 use leanburn::data::{HostBatch, Split, WindowSampler};
-use leanburn::device::{select, BackendKind};
+use leanburn::device::{largest_pool_page, select, BackendKind, DeviceChoice};
 use leanburn::model::{Gpt2, Gpt2Config};
 use leanburn::optim::ClippedAdamW;
 use leanburn::trainer::ForwardLoss;
@@ -195,6 +195,7 @@ fn run(args: &Args) -> Result<(), String> {
     }
     let backend = select(&args.backend).map_err(|e| e.to_string())?;
     eprintln!("{backend}");
+    fits_the_largest_buffer(&backend, &config)?;
     let workspace = args.attention_workspace.map_or_else(
         || leanburn::device::default_attention_workspace(&backend, args.batch, config.heads, seq),
         |mib| (mib as usize) << 20,
@@ -214,6 +215,23 @@ fn run(args: &Args) -> Result<(), String> {
         report(args, &config, seq, (&name, backend.attention_path()), &ours, torch.as_ref());
     }
     Ok(())
+}
+
+/// The token embedding in one buffer: no batch or sequence makes it smaller (llvmpipe's
+/// 128 MiB buffers cannot hold gpt2-small's), and CubeCL could only panic on it.
+fn fits_the_largest_buffer(backend: &DeviceChoice, config: &Gpt2Config) -> Result<(), String> {
+    let embedding = (config.padded_vocab() * config.d_model * 4) as u64;
+    match largest_pool_page(backend) {
+        Some(largest) if embedding > largest => Err(format!(
+            "the token embedding ({} × {}, f32) takes {} MiB, more than the largest buffer this device \
+             allocates ({} MiB): use a smaller --preset",
+            config.padded_vocab(),
+            config.d_model,
+            embedding >> 20,
+            largest >> 20
+        )),
+        _ => Ok(()),
+    }
 }
 
 struct Parts {
