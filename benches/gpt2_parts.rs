@@ -77,7 +77,7 @@ use clap::{Parser, ValueEnum};
 use leanburn::backend::lean_attention;
 use leanburn::data::{HostBatch, Split, WindowSampler};
 use leanburn::device::{largest_pool_page, select, BackendKind, DeviceChoice};
-use leanburn::model::{Gpt2, Gpt2Config};
+use leanburn::model::{token_embedding_bytes, Gpt2, Gpt2Config};
 use leanburn::optim::ClippedAdamW;
 use leanburn::trainer::ForwardLoss;
 use leanburn::{BackendArgs, BackendJob, TrainBackend};
@@ -220,7 +220,7 @@ fn run(args: &Args) -> Result<(), String> {
 /// The token embedding in one buffer: no batch or sequence makes it smaller (llvmpipe's
 /// 128 MiB buffers cannot hold gpt2-small's), and CubeCL could only panic on it.
 fn fits_the_largest_buffer(backend: &DeviceChoice, config: &Gpt2Config) -> Result<(), String> {
-    let embedding = (config.padded_vocab() * config.d_model * 4) as u64;
+    let embedding = token_embedding_bytes(config);
     match largest_pool_page(backend) {
         Some(largest) if embedding > largest => Err(format!(
             "the token embedding ({} × {}, f32) takes {} MiB, more than the largest buffer this device \

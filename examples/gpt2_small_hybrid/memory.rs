@@ -5,7 +5,8 @@ use leanburn::backend::AttentionPath;
 use leanburn::device::{device_memory, largest_pool_page, BackendKind, DeviceChoice};
 use leanburn::memory::format_bytes;
 use leanburn::model::{
-    default_loss_chunk, Gpt2Attention, Gpt2Config, Gpt2MemoryEstimate, Gpt2PoolReserve, LossChunkDevice, PoolPages,
+    default_loss_chunk, token_embedding_bytes, Gpt2Attention, Gpt2Config, Gpt2MemoryEstimate, Gpt2PoolReserve,
+    LossChunkDevice, PoolPages,
 };
 
 use super::Args;
@@ -125,7 +126,7 @@ impl RunMemory<'_> {
         if reserve.largest_tensor <= largest_page {
             return Ok(());
         }
-        let embedding = self.embedding_bytes();
+        let embedding = token_embedding_bytes(self.config);
         if embedding > largest_page {
             return Err(bad_input(format!(
                 "the token embedding of this preset ({} × {}, f32), {}, is larger than the largest buffer this \
@@ -143,11 +144,6 @@ impl RunMemory<'_> {
             format_bytes(largest_page as f64),
             self.chunk_advice(|chunk| format!(", or pass --loss-chunk {chunk}")),
         )))
-    }
-
-    /// The largest weight, the token embedding (tied to the LM head), as its f32 master copy.
-    fn embedding_bytes(&self) -> u64 {
-        (self.config.padded_vocab() * self.config.d_model * 4) as u64
     }
 
     /// Where the logits are whole and chunks of a sequence would need less, says so.

@@ -250,7 +250,7 @@ impl Gpt2PoolReserve {
         // Each weight, its gradient and its two moments (AdamW updates them in place); in
         // f32 one more of the tied embedding's size: its gradient is the sum of two (in half
         // precision that sum is the compute copy's, below).
-        let embedding = (config.padded_vocab() * config.d_model) as u64 * MASTER;
+        let embedding = token_embedding_bytes(config);
         let summed = if elem < MASTER { 0 } else { embedding };
         let persistent: u64 = weights.iter().map(|(&size, &n)| size * 4 * n).sum::<u64>() + summed;
 
@@ -291,6 +291,12 @@ impl Gpt2PoolReserve {
     pub fn total(&self) -> u64 {
         self.persistent + self.paged
     }
+}
+
+/// Bytes of the token embedding's f32 master copy (tied to the LM head): the largest
+/// weight, whatever the batch, sequence or loss chunk.
+pub fn token_embedding_bytes(config: &Gpt2Config) -> u64 {
+    (config.padded_vocab() * config.d_model) as u64 * MASTER
 }
 
 /// How many master weights (f32) there are of each size, in bytes.

@@ -17,7 +17,7 @@ pub use gpt2_loss_chunk::{
     default_loss_chunk, largest_chunk_within, LossChunkDevice, CPU_LOSS_CHUNK, CPU_SMALL_LOSS_CHUNK, GPU_LOSS_BUDGET,
     SMALL_LOSS_CHUNK,
 };
-pub use gpt2_memory::{Gpt2MemoryEstimate, Gpt2PoolReserve, PoolPages};
+pub use gpt2_memory::{token_embedding_bytes, Gpt2MemoryEstimate, Gpt2PoolReserve, PoolPages};
 pub use lm_head_loss::{chunked_lm_head_loss, chunked_lm_head_token_losses, fused_lm_head_loss};
 pub use loss_precision::logits_in_f32;
 pub use resnet::{BasicBlock, ConvNorm, ResNet, ResNetConfig};
