@@ -98,8 +98,12 @@ fn cuda_gemm(
         let rhs_view = View::new(rhs.meta.shape(), rhs.meta.strides());
         match gemm_layout(lhs_view, rhs_view) {
             Ok(layout) => break layout,
-            Err(LayoutRefusal::LhsStrides) if !lhs.is_contiguous() => lhs = into_contiguous(lhs),
-            Err(LayoutRefusal::RhsStrides) if !rhs.is_contiguous() => rhs = into_contiguous(rhs),
+            Err(LayoutRefusal::LhsStrides | LayoutRefusal::LhsBatch) if !lhs.is_contiguous() => {
+                lhs = into_contiguous(lhs)
+            }
+            Err(LayoutRefusal::RhsStrides | LayoutRefusal::RhsBatch) if !rhs.is_contiguous() => {
+                rhs = into_contiguous(rhs)
+            }
             Err(_) => return Err(Box::new((lhs, rhs))),
         }
     };

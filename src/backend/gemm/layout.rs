@@ -10,7 +10,10 @@
 //! makes) is stored column-major as it is (a transpose op, leading dimension its column
 //! stride). Anything else needs a copy. The batch dimensions fold into one batch stride
 //! when each operand's strides over them are those of one flat index (a broadcast operand
-//! has stride 0).
+//! has stride 0); an operand whose batch does not, but whose contiguous copy's would (the
+//! heads attention splits from each row), is copied too. Until 2026-11-30 such products
+//! fell back to CubeCL's matmul: a gpt2-small step on an H200 ran its attention's 72
+//! products there (CubeCL's per-kernel profile).
 
 use burn_backend::Shape;
 
@@ -49,8 +52,15 @@ pub(crate) enum LayoutRefusal {
     LhsStrides,
     /// The same for `rhs`.
     RhsStrides,
-    /// The batch dimensions do not fold into one stride (a partly broadcast batch, ranks
-    /// or batch sizes that do not broadcast), or a dimension is empty: not for this path.
+    /// `lhs`'s batch dimensions do not step through one stride where a contiguous copy's
+    /// would (heads split from a row: `[b, t, h, d]` viewed as `[b, h, t, d]`, as attention
+    /// reads its queries, keys and values): copy it contiguous.
+    LhsBatch,
+    /// The same for `rhs`.
+    RhsBatch,
+    /// The batch dimensions do not fold into one stride even in contiguous copies (a
+    /// partly broadcast batch, ranks or batch sizes that do not broadcast), or a dimension
+    /// is empty: not for this path.
     Batch,
 }
 
@@ -95,8 +105,10 @@ pub(crate) fn gemm_layout(lhs: View<'_>, rhs: View<'_>) -> Result<GemmLayout, La
     let rank = out.len();
     let (m, n, k) = (out[rank - 2], out[rank - 1], lhs.shape[rank - 1]);
     let batch_dims = &out[..rank - 2];
-    let batch = batch_stride(batch_dims, lhs).zip(batch_stride(batch_dims, rhs));
-    let (lhs_batch, rhs_batch) = batch.ok_or(LayoutRefusal::Batch)?;
+    let lhs_batch =
+        batch_stride(batch_dims, lhs).ok_or_else(|| batch_refusal(batch_dims, lhs, LayoutRefusal::LhsBatch))?;
+    let rhs_batch =
+        batch_stride(batch_dims, rhs).ok_or_else(|| batch_refusal(batch_dims, rhs, LayoutRefusal::RhsBatch))?;
     // The library's A: op(A) is n × k with op(A)(j, p) = rhs[p, j].
     let a = operand(n, k, matrix_strides(rhs), rhs_batch).ok_or(LayoutRefusal::RhsStrides)?;
     // Its B: op(B) is k × m with op(B)(p, i) = lhs[i, p].
@@ -137,6 +149,19 @@ fn operand(rows: usize, cols: usize, (row_stride, col_stride): (usize, usize), b
         return None;
     }
     Some(Operand { transpose, rows: stored_rows as u64, cols: stored_cols as u64, ld: ld as i64, batch_stride })
+}
+
+/// Why `view`'s batch does not fold: `copy_helps` where a contiguous copy's would, else
+/// [`LayoutRefusal::Batch`].
+fn batch_refusal(batch_dims: &[usize], view: View<'_>, copy_helps: LayoutRefusal) -> LayoutRefusal {
+    let mut strides = vec![1; view.shape.len()];
+    for dim in (0..view.shape.len().saturating_sub(1)).rev() {
+        strides[dim] = strides[dim + 1] * view.shape[dim + 1];
+    }
+    match batch_stride(batch_dims, View { shape: view.shape, strides: &strides }) {
+        Some(_) => copy_helps,
+        None => LayoutRefusal::Batch,
+    }
 }
 
 /// The one stride that steps `view` through the flat index of the output's batch

@@ -219,18 +219,46 @@ fn layouts_are_refused_where_a_copy_or_another_path_is_needed() {
     assert_eq!(gemm_layout(gapped.view(), plain.view()), Err(LayoutRefusal::LhsStrides));
     let plain_lhs = strided(&[], 5, 3, Storage::Rows(0), &mut rng);
     assert_eq!(gemm_layout(plain_lhs.view(), gapped.view()), Err(LayoutRefusal::RhsStrides));
-    // A batch broadcast on its inner dimension only has no single stride.
+    // A batch expanded on its inner dimension only has no single stride; its contiguous
+    // copy has one.
     let shape = [2, 3, 4, 4];
-    let partly = View { shape: &shape, strides: &[16, 0, 4, 1] };
+    let expanded = View { shape: &shape, strides: &[16, 0, 4, 1] };
     let whole = View { shape: &shape, strides: &[48, 16, 4, 1] };
-    assert_eq!(gemm_layout(partly, whole), Err(LayoutRefusal::Batch));
+    assert_eq!(gemm_layout(expanded, whole), Err(LayoutRefusal::LhsBatch));
+    assert_eq!(gemm_layout(whole, expanded), Err(LayoutRefusal::RhsBatch));
     // The control: the same strides with the broadcast dimension stepped are accepted.
     let stepped = View { shape: &shape, strides: &[48, 16, 4, 1] };
     assert!(gemm_layout(stepped, whole).is_ok());
+    // Batches broadcast on different dimensions (`[2, 1]` by `[1, 3]`) fold in no copy.
+    let (lhs_shape, rhs_shape) = ([2, 1, 4, 4], [1, 3, 4, 4]);
+    let lhs = View { shape: &lhs_shape, strides: &[16, 16, 4, 1] };
+    let rhs = View { shape: &rhs_shape, strides: &[48, 16, 4, 1] };
+    assert_eq!(gemm_layout(lhs, rhs), Err(LayoutRefusal::Batch));
     // Empty products and shapes that do not multiply take Burn's own path.
     let empty = [0, 4];
     assert_eq!(gemm_layout(View { shape: &empty, strides: &[4, 1] }, plain.view()), Err(LayoutRefusal::Batch));
     assert_eq!(gemm_layout(plain.view(), plain.view()), Err(LayoutRefusal::Batch));
+}
+
+#[test]
+fn attention_heads_split_from_rows_ask_for_a_copy() {
+    // GPT-2's queries: `[b, t, h·d]` rows viewed as `[b, h, t, d]` (strides `[t·h·d, d,
+    // h·d, 1]`): the batch (b, h) steps by t·h·d and d, which no single stride covers.
+    let (b, h, t, d) = (2, 3, 5, 4);
+    let heads = [b, h, t, d];
+    let query = View { shape: &heads, strides: &[t * h * d, d, h * d, 1] };
+    let keys_shape = [b, h, d, t];
+    let keys = View { shape: &keys_shape, strides: &[t * h * d, t * d, 1, d] };
+    assert_eq!(gemm_layout(query, keys), Err(LayoutRefusal::LhsBatch));
+    let copied = View { shape: &heads, strides: &[h * t * d, t * d, d, 1] };
+    // The control: the contiguous copy and the transposed keys (a batch that folds) have a layout.
+    let layout = gemm_layout(copied, keys).expect("a contiguous copy folds its batch");
+    assert_eq!(
+        (layout.batch, layout.a.batch_stride, layout.b.batch_stride),
+        ((b * h) as u64, (t * d) as i64, (t * d) as i64)
+    );
+    let split_keys = View { shape: &keys_shape, strides: &[t * h * d, d, 1, h * d] };
+    assert_eq!(gemm_layout(copied, split_keys), Err(LayoutRefusal::RhsBatch));
 }
 
 #[test]
