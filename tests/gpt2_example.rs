@@ -264,6 +264,9 @@ fn a_config_file_fills_in_under_the_flags_and_the_saved_one_repeats_the_run() {
     // so the full logits.
     assert_eq!(saved["loss-chunk"], "0", "the CPU default, as decided: {saved}");
     assert_eq!(saved["pad-vocab"], "1", "the CPU default, as decided: {saved}");
+    // bf16 is the default on CUDA devices only (`DeviceChoice::default_precision`).
+    assert_eq!(saved["precision"], "f32", "the CPU default, as decided: {saved}");
+    assert!(!text(&first).contains("precision: "), "no default precision line off CUDA: {}", text(&first));
     for per_invocation in ["resume", "config", "kernel-cache", "warm-cache"] {
         assert!(saved.get(per_invocation).is_none(), "{per_invocation} in {saved}");
     }

@@ -57,7 +57,8 @@ pub struct ExecutionArgs {
     pub checkpointing: Checkpointing,
     /// The float type forward and backward passes compute in: `f32`, `bf16` (CUDA) or
     /// `f16` (CUDA, and wgpu adapters with shader-f16). Master weights and optimizer state
-    /// stay f32; f16 scales its loss dynamically and skips steps that overflow.
+    /// stay f32; f16 scales its loss dynamically and skips steps that overflow. Default
+    /// f32; the GPT-2 example's: bf16 on CUDA devices that compute it, f32 elsewhere.
     #[arg(long, value_enum, default_value_t = Precision::F32)]
     pub precision: Precision,
     /// Read the device pool every this many milliseconds from a second thread while steps

@@ -154,10 +154,11 @@ struct Plan {
     validation: Vec<HostBatch>,
 }
 
-fn run(args: Args, matches: &ArgMatches) -> Result<(), Failure> {
+fn run(mut args: Args, matches: &ArgMatches) -> Result<(), Failure> {
     init_kernel_cache(&args.backend)?;
     let backend = select(&args.backend).map_err(|e| Failure { code: e.exit_code(), message: e.to_string() })?;
     eprintln!("{backend}");
+    args.execution.precision = precision(&args, matches, &backend);
     let gpu = on_a_gpu(&backend);
     let sizes = Sizes::decide(&args, gpu)?;
     let examples = args.select.config(sizes.steps, args.run.seed)?;
@@ -177,8 +178,11 @@ fn run(args: Args, matches: &ArgMatches) -> Result<(), Failure> {
     let dir = args.run.open(&args.out)?;
     // What was decided at run time is recorded as decided, so the file repeats this run.
     let mut resolved = config::resolved(&Args::command(), matches);
-    resolved
-        .extend(sizes.decided(backend.kind().name(), loss_chunk).map(|(name, value)| (name.to_string(), value.into())));
+    resolved.extend(
+        sizes
+            .decided(backend.kind().name(), loss_chunk, args.execution.precision)
+            .map(|(name, value)| (name.to_string(), value.into())),
+    );
     config::save(resolved, &dir.options_path())?;
 
     let (data, validation) = corpus::tokens(&args, &dir, batch, seq)?;
@@ -244,11 +248,12 @@ impl Sizes {
         Ok(Self { preset, pad_vocab, config, batch: args.batch as usize, seq, steps, lr })
     }
 
-    /// The options decided here rather than by a flag, with `backend`'s name and the loss
-    /// chunk, for the saved options file.
-    fn decided(&self, backend: &str, loss_chunk: Option<usize>) -> [(&'static str, String); 7] {
+    /// The options decided here rather than by a flag, with `backend`'s name, the loss
+    /// chunk and the precision, for the saved options file.
+    fn decided(&self, backend: &str, loss_chunk: Option<usize>, precision: Precision) -> [(&'static str, String); 8] {
         [
             ("backend", backend.to_string()),
+            ("precision", precision.name().to_string()),
             ("preset", self.preset.clone()),
             ("seq", self.seq.to_string()),
             ("steps", self.steps.to_string()),
@@ -257,6 +262,24 @@ impl Sizes {
             ("pad-vocab", self.pad_vocab.to_string()),
         ]
     }
+}
+
+/// `--precision` where it was given, else the device's default (said where it is not f32).
+fn precision(args: &Args, matches: &ArgMatches, backend: &DeviceChoice) -> Precision {
+    if precision_asked(matches) {
+        return args.execution.precision;
+    }
+    let default = backend.default_precision();
+    if default != Precision::F32 {
+        eprintln!("precision: {default} (the default on this device; --precision f32 for f32)");
+    }
+    default
+}
+
+/// Whether `--precision` was given (on the command line, in `--config`'s file or in a
+/// resumed run's saved options), not left to the device's default.
+fn precision_asked(matches: &ArgMatches) -> bool {
+    matches.value_source("precision").is_some_and(|source| source != ValueSource::DefaultValue)
 }
 
 /// `--warm-cache`: one training and one evaluation step in every precision the backend
@@ -268,8 +291,7 @@ fn warm_cache(
     sizes: Sizes,
     loss_chunk: Option<usize>,
 ) -> Result<(), Failure> {
-    let asked = matches.value_source("precision").is_some_and(|source| source != ValueSource::DefaultValue);
-    let precisions = if asked {
+    let precisions = if precision_asked(matches) {
         args.execution.check_precision(backend)?;
         vec![args.execution.precision]
     } else {

@@ -7,6 +7,7 @@ mod capacity;
 mod headless;
 mod kernel_cache;
 mod pool;
+mod precision;
 mod probe;
 mod run;
 
