@@ -26,8 +26,8 @@
 # With no CASE: gpt2-small, batch 8 × 1024, full mode, the same shapes on both sides, in
 # about seven minutes once the kernel cache is warm (a cold cache costs minutes per
 # precision: restore one, or warm it first with the example's --warm-cache):
-#   lean-f32   leanburn f32 (CubeCL's matmuls run f32 inputs as TF32: compare with torch-tf32)
-#   lean-bf16  leanburn bf16 compute, f32 master weights
+#   lean-f32   leanburn f32 (cuBLASLt runs f32 inputs as TF32: compare with torch-tf32)
+#   lean-bf16  leanburn bf16 compute, f32 master weights (the example's default on CUDA)
 #   torch-f32, torch-tf32, torch-bf16 (autocast)
 # Both sides pad the vocabulary to 50,304 (leanburn's GPU default, PyTorch --pad-vocab 64);
 # leanburn computes the loss in chunks sized from the device (1,024 tokens at this shape on an
@@ -72,21 +72,34 @@ chmod +x .gpu/gpt2_small_hybrid
 if [ $# -eq 0 ]; then
   lean=--mode,full,--steps,60,--eval-every,1000,--eval-batches,1,--checkpoint-every,1000
   torch=--steps,60,--skip,10,--pad-vocab,64
-  set -- "lean-f32:110:$lean" "lean-bf16:110:$lean,--precision,bf16" \
+  set -- "lean-f32:110:$lean,--precision,f32" "lean-bf16:110:$lean,--precision,bf16" \
     "torch-f32:70:$torch" "torch-tf32:60:$torch,--precision,tf32" "torch-bf16:60:$torch,--precision,bf16"
 fi
 
-if [ -n "${WARM:-}" ]; then
+if [ -n "${WARM:-}${COLD:-}" ]; then
   started=$SECONDS
-  for precision in $WARM; do
+  # COLD=PRECISION (f32, bf16): also a cold start: the example as a user first runs it (its
+  # own empty kernel cache, no cubecl.toml, so Burn's default autotune level), three full
+  # steps in that precision; logs/cold-PRECISION.log has its time to the first step. Beside
+  # WARM's warm-ups it is an upper bound (they share the CPU cores that compile and the GPU
+  # that autotunes); without WARM it runs alone.
+  if [ -n "${COLD:-}" ]; then
+    mkdir -p /tmp/leanburn-cold
+    (cd /tmp/leanburn-cold && timeout "${WARM_LIMIT:-330}" "$ROOT/.gpu/gpt2_small_hybrid" --backend cuda \
+      --data "$ROOT/.gpu/corpus.txt" --kernel-cache /tmp/leanburn-cold/cache --out "$RUNS/cold" --overwrite \
+      --mode full --steps 3 --eval-every 1000 --eval-batches 1 --checkpoint-every 1000 --precision "$COLD") \
+      >"$OUT/logs/cold-$COLD.log" 2>&1 &
+  fi
+  for precision in ${WARM:-}; do
     (cd "$WORK" && timeout "${WARM_LIMIT:-330}" "$ROOT/.gpu/gpt2_small_hybrid" --backend cuda \
       --data "$ROOT/.gpu/corpus.txt" --warm-cache --precision "$precision") >"$OUT/logs/warm-$precision.log" 2>&1 &
   done
   wait
-  for precision in $WARM; do
+  for precision in ${WARM:-}; do
     echo "=== warm $precision: $(grep -h 'warmed\|error' "$OUT/logs/warm-$precision.log" | tail -2)"
   done
-  echo "warm-up of $WARM side by side: $((SECONDS - started)) s"
+  [ -n "${COLD:-}" ] && echo "=== cold $COLD: $(grep -h 'first step of this process\|error' "$OUT/logs/cold-$COLD.log" | tail -2)"
+  echo "warm-up of ${WARM:-}${COLD:+ and a cold start} side by side: $((SECONDS - started)) s"
 fi
 
 printf 'case\tseconds\texit\tpeak_gpu_used_mib\tidle_gpu_used_mib\n' >>"$OUT/summary.tsv"

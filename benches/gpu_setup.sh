@@ -19,9 +19,12 @@ for packed in .gpu/*.gz; do
 done
 [ -e .gpu/cubecl-cache.tar ] && tar -C "$CACHE" -xf .gpu/cubecl-cache.tar
 # A leanburn kernel cache (../shared/gpu-cache/leanburn-cache-*.tar.gz: one folder lbcache/
-# whose cubecl/ is what CubeCL keeps), copied into CACHE.
+# whose cubecl/ is what CubeCL keeps), copied into CACHE unless CACHE already has kernels:
+# a second call on a machine still warm keeps the newer cache the first one wrote (copied
+# over it, the older one cost the second call of 2026-11-30 its compiled kernels).
 for packed in .gpu/leanburn-cache-*.tar; do
   [ -e "$packed" ] || continue
+  [ -n "$(find "$CACHE" -type f -print -quit)" ] && break
   tar -C /tmp -xf "$packed" && cp -r /tmp/lbcache/cubecl/. "$CACHE"/
 done
 if compgen -G '.gpu/cubecl-cache.tar.gz.part*' >/dev/null; then
