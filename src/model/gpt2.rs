@@ -318,13 +318,9 @@ impl<B: TransformerOps> Gpt2<B> {
     pub fn hidden(&self, tokens: Tensor<B, 2, Int>) -> Tensor<B, 3> {
         let [batch, seq] = tokens.dims();
         assert!(seq <= self.context, "sequence of {seq} tokens exceeds the model's context of {}", self.context);
-        // The first `seq` position rows, broadcast over the batch: their gradient is a sum
-        // over the batch, where looking up `[batch, seq]` positions made it Burn's
-        // `select_assign`, which on CubeCL loops over all `batch · seq` rows in one thread per
-        // column (768 threads; with the token embedding's, 5.9 ms of a gpt2-small step under
-        // CubeCL's profiler on an H200, 2026-11-30).
-        let positions = self.position_embedding.weight.val().slice([0..seq]).unsqueeze::<3>();
-        let x = self.token_embedding.forward(tokens) + positions;
+        let device = tokens.device();
+        let positions = Tensor::<B, 1, Int>::arange(0..seq as i64, &device).reshape([1, seq]).expand([batch, seq]);
+        let x = self.token_embedding.forward(tokens) + self.position_embedding.forward(positions);
         let d = x.dims()[2];
         let x = self.dropout.forward(x).reshape([batch * seq, d]);
         let epsilon = self.layer_norm_eps;
