@@ -1,5 +1,6 @@
 //! Before the step is timed: leanburn's LayerNorm against Burn's, the LM head's loss and
-//! gradients on the device against the same op on the CPU, its clipping factor
+//! gradients and the token embedding's gradient on the device against the same ops on the
+//! CPU, its clipping factor
 //! against the host's (f64, from the gradients read back: Burn's own `sum` is wrong on wgpu
 //! past a million elements), and one AdamW step against Burn's AdamW, on the backend under
 //! test, once each, so that a kernel that is wrong on a new device shows as a number here,
@@ -9,6 +10,7 @@ use burn::module::{AutodiffModule, Module, ModuleVisitor, Param};
 use burn::nn::LayerNormConfig;
 use burn::optim::{AdamWConfig, GradientsParams, Optimizer};
 use burn::tensor::backend::{AutodiffBackend, Backend};
+use burn::tensor::ops::ModuleOps;
 use burn::tensor::{Distribution, ElementConversion, Int, Tensor, TensorData, TensorPrimitive};
 use burn_backend::tensor::FloatTensor;
 use leanburn::backend::{layer_norm, LmHeadLossOps, OptimizerOps};
@@ -52,6 +54,7 @@ pub fn against_burn<B: TrainBackend>(args: &Args, config: &Gpt2Config, seq: usiz
         .collect();
     eprintln!("LayerNorm, leanburn's against Burn's (largest difference over largest value): {}", errors.join(", "));
     lm_head_loss_against_the_cpu::<B::InnerBackend>(config, device);
+    embedding_grad_against_the_cpu::<B::InnerBackend>(config, args.batch * seq, device);
 
     let (model, mut clipped, host) = super::training::<B>(args, config, seq, device);
     // One set of gradients for both (a second backward pass may round differently, and
@@ -118,6 +121,38 @@ fn lm_head_loss_against_the_cpu<B: LmHeadLossOps>(config: &Gpt2Config, device: &
         "LM head loss ({tokens} tokens × {vocab}), the device's op against the CPU's (largest difference over largest \
          value; TF32 GEMMs on CUDA): {}",
         errors.join(", ")
+    );
+}
+
+/// The token embedding's gradient (`embedding_backward`: on the CubeCL backends leanburn's
+/// kernel) for `tokens` tokens of ids that repeat, against the same op on the CPU (Burn's,
+/// on Flex) from the same values read back. Both sum each row's tokens in token order: in
+/// f32 the difference should be 0.
+fn embedding_grad_against_the_cpu<B: Backend>(config: &Gpt2Config, tokens: usize, device: &B::Device) {
+    type Cpu = burn::backend::Flex;
+    let (d, vocab) = (config.d_model, config.padded_vocab());
+    let weights = Tensor::<B, 2>::zeros([vocab, d], device);
+    let output_grad = Tensor::<B, 3>::random([1, tokens, d], Distribution::Normal(0.0, 1.0), device);
+    // Ids over a tenth of the vocabulary, so that rows sum several tokens.
+    let ids: Vec<i64> = (0..tokens as i64).map(|i| (i * 7919) % (vocab as i64 / 10)).collect();
+    let device_ids = Tensor::<B, 2, Int>::from_data(TensorData::new(ids.clone(), [1, tokens]), device);
+    let ours = B::embedding_backward(
+        weights.into_primitive().tensor(),
+        output_grad.clone().into_primitive().tensor(),
+        device_ids.into_primitive(),
+    );
+    let cpu = Default::default();
+    let on_cpu = Tensor::<Cpu, 3>::from_data(output_grad.to_data().convert::<f32>(), &cpu).into_primitive().tensor();
+    let cpu_ids = Tensor::<Cpu, 2, Int>::from_data(TensorData::new(ids, [1, tokens]), &cpu);
+    let zeros = Tensor::<Cpu, 2>::zeros([vocab, d], &cpu).into_primitive().tensor();
+    let theirs = Cpu::embedding_backward(zeros, on_cpu, cpu_ids.into_primitive());
+    let host = |data: TensorData| Tensor::<Cpu, 2>::from_data(data.convert::<f32>(), &cpu);
+    let ours = host(Tensor::<B, 2>::from_primitive(TensorPrimitive::Float(ours)).into_data());
+    let theirs = Tensor::<Cpu, 2>::from_primitive(TensorPrimitive::Float(theirs));
+    eprintln!(
+        "token embedding gradient ({tokens} tokens into {vocab} × {d}), the device's op against the CPU's (largest \
+         difference over largest value): {:.1e}",
+        relative(ours, theirs)
     );
 }
 

@@ -1,4 +1,5 @@
-//! CubeCL kernels for leanburn's memory-bounded convolutions, its fused attention and its
+//! CubeCL kernels for leanburn's memory-bounded convolutions, its fused attention, its
+//! transformer rows (LayerNorm, the LM head's loss, the embedding's gradient) and its
 //! optimizer (the AdamW update, the clipping factor), each with a plain-Rust CPU reference
 //! that the tests compare it against.
 //!
@@ -19,6 +20,7 @@
 mod adamw;
 mod attention;
 mod col2im;
+mod embedding_grad;
 mod geometry;
 mod global_norm;
 mod im2col;
@@ -40,6 +42,7 @@ pub use attention::{
     SCORE_ROW_UNITS,
 };
 pub use col2im::{col2im_kernel, launch_col2im};
+pub use embedding_grad::{embedding_grad_blocks, embedding_grad_kernel, launch_embedding_grad};
 pub use geometry::{ConvGeometry, ConvGeometryArgs, ConvGeometryArgsLaunch};
 pub use global_norm::{
     clip_factor_kernel, launch_clip_factor, launch_squares, squares_group_size, squares_kernel, squares_partials,

@@ -73,6 +73,7 @@ mod budget;
 mod conv;
 mod cpu_rows;
 mod custom_op;
+mod embedding;
 mod gelu;
 pub(crate) mod gemm;
 mod layer_norm;
@@ -87,6 +88,7 @@ pub use attention::{
 };
 pub use budget::{ConvBudget, InvalidBudget};
 pub use conv::{conv2d_plan, conv_transpose2d_plan, ChunkedConv, ConvPlan};
+pub use embedding::EmbeddingOps;
 pub use gelu::{exact_gelu, gelu_derivative, GeluOps};
 pub(crate) use gemm::gemm;
 pub use gemm::{

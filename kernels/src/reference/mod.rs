@@ -4,11 +4,13 @@
 mod adamw;
 mod attention;
 mod conv;
+mod embedding;
 mod layer_norm;
 mod lm_head_loss;
 
 pub use adamw::{adamw, clip_factor, AdamWSettings};
 pub use attention::{attention, attention_backward, block_softmax, block_softmax_grad, AttentionGrads, Dims};
 pub use conv::{col2im, im2col};
+pub use embedding::embedding_grad;
 pub use layer_norm::{layer_norm, layer_norm_backward};
 pub use lm_head_loss::lm_head_loss_rows;

@@ -22,6 +22,7 @@ use burn_backend::tensor::FloatTensor;
 use burn_backend::Backend;
 use leanburn_kernels::ConvGeometry;
 
+use super::embedding::EmbeddingOps;
 use super::gemm::GemmOps;
 
 /// How a backend moves pixels between an image and a column matrix.
@@ -29,7 +30,10 @@ use super::gemm::GemmOps;
 /// `columns` is `[channels · kh · kw, chunk · out_h · out_w]` (see `leanburn-kernels`);
 /// `image` is the whole `[batch, channels, h, w]` tensor and the chunk is the images
 /// `batch_offset .. batch_offset + chunk`.
-pub trait ChunkedConv: GemmOps {
+///
+/// It is also what `Lean<B>` asks of `B` (its one bound): the GEMM and the embedding's
+/// gradient come with it as supertraits.
+pub trait ChunkedConv: GemmOps + EmbeddingOps {
     /// Column-matrix-sized buffers alive at once inside [`Self::im2col`]: what the chunk
     /// planner charges per image.
     fn im2col_copies() -> usize {

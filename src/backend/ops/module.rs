@@ -1,4 +1,5 @@
-//! [`ModuleOps`] for [`Lean`]: the 2-D convolutions are leanburn's, everything else `B`'s.
+//! [`ModuleOps`] for [`Lean`]: the 2-D convolutions, the linear layers' products and the
+//! embedding's gradient are leanburn's, everything else `B`'s.
 //!
 //! The 2-D convolutions sit apart at the top: they are the ops leanburn exists to replace
 //! (memory-bounded kernels instead of `B`'s im2col / implicit GEMM), and keeping them
@@ -176,13 +177,17 @@ impl<B: ChunkedConv> ModuleOps<Self> for Lean<B> {
         }
     }
 
+    // The embedding's gradient on leanburn's kernel where `B` is CubeCL's (see backend/embedding).
+    fn embedding_backward(
+        weights: FloatTensor<Self>,
+        output_grad: FloatTensor<Self>,
+        indices: IntTensor<Self>,
+    ) -> FloatTensor<Self> {
+        B::embedding_grad(weights, output_grad, indices)
+    }
+
     forward! {
         fn embedding(weights: FloatTensor<Self>, indices: IntTensor<Self>) -> FloatTensor<Self>;
-        fn embedding_backward(
-            weights: FloatTensor<Self>,
-            output_grad: FloatTensor<Self>,
-            indices: IntTensor<Self>,
-        ) -> FloatTensor<Self>;
         fn linear_bias_backward(output_grad: FloatTensor<Self>) -> FloatTensor<Self>;
         fn conv1d(
             x: FloatTensor<Self>,
