@@ -83,8 +83,8 @@ pub(crate) mod optimizer;
 mod switch;
 
 pub use attention::{
-    attention_path, attention_workspace, lean_attention, set_attention_path, set_attention_workspace, AttentionOps,
-    AttentionPath, DEFAULT_ATTENTION_WORKSPACE_BYTES,
+    attention_path, attention_workspace, lean_attention, lean_attention_packed, set_attention_path,
+    set_attention_workspace, AttentionOps, AttentionPath, DEFAULT_ATTENTION_WORKSPACE_BYTES,
 };
 pub use budget::{ConvBudget, InvalidBudget};
 pub use conv::{conv2d_plan, conv_transpose2d_plan, ChunkedConv, ConvPlan};

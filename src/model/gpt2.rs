@@ -4,8 +4,10 @@
 //! self-attention, then a GELU MLP four times as wide, each around a residual), a final
 //! LayerNorm, and an LM head tied to the token embedding: logits are `h · Wteᵀ`.
 //!
-//! Attention is leanburn's [`lean_attention`] by default: under autodiff it keeps no
-//! `T × T` scores for the backward pass (it recomputes them block by block); without
+//! Attention is leanburn's by default ([`lean_attention_packed`]: `lean_attention` on the
+//! packed query/key/value projection): under autodiff one node that keeps no `T × T`
+//! scores for the backward pass (it recomputes them block by block) and writes the packed
+//! projection's gradient in one piece; without
 //! autodiff it is Burn's `attention` op with `is_causal`, so a backend with a fused kernel
 //! uses it (CubeCL's flash attention on the inner backend of predict steps).
 //! [`Gpt2::with_attention`]`(Gpt2Attention::Burn)` runs Burn's op everywhere, whose
@@ -16,7 +18,7 @@
 //! steps free each chunk's logits, and training steps use the fused loss of
 //! [`lm_head_loss`](super::lm_head_loss), which also keeps none for the backward pass.
 
-use crate::backend::{exact_gelu, layer_norm, lean_attention, TransformerOps};
+use crate::backend::{exact_gelu, layer_norm, lean_attention_packed, TransformerOps};
 use burn::module::{Initializer, Module};
 use burn::nn::loss::CrossEntropyLossConfig;
 use burn::nn::{Dropout, DropoutConfig, Embedding, EmbeddingConfig, LayerNorm, LayerNormConfig, Linear, LinearConfig};
@@ -276,12 +278,15 @@ impl<B: TransformerOps> CausalSelfAttention<B> {
     /// of its own sequence (rows `b · seq .. (b + 1) · seq` are sequence `b`).
     fn forward(&self, x: Tensor<B, 2>, [batch, seq]: [usize; 2]) -> Tensor<B, 2> {
         let d = x.dims()[1];
-        let head_dim = d / self.heads;
-        let [query, key, value] = self.qkv.forward(x).chunk(3, 1).try_into().expect("three equal chunks of 3·d");
-        let heads = |t: Tensor<B, 2>| t.reshape([batch, seq, self.heads, head_dim]).swap_dims(1, 2);
+        let qkv = self.qkv.forward(x);
         let context = if self.lean {
-            lean_attention(heads(query), heads(key), heads(value), true)
+            // One graph node from the packed projection: its backward writes `qkv`'s
+            // gradient once, not as three slices' gradients summed.
+            lean_attention_packed(qkv, [batch, seq], self.heads, true)
         } else {
+            let head_dim = d / self.heads;
+            let [query, key, value] = qkv.chunk(3, 1).try_into().expect("three equal chunks of 3·d");
+            let heads = |t: Tensor<B, 2>| t.reshape([batch, seq, self.heads, head_dim]).swap_dims(1, 2);
             let options = AttentionModuleOptions { is_causal: true, ..Default::default() };
             attention(heads(query), heads(key), heads(value), None, None, options)
         };

@@ -1,4 +1,6 @@
-//! `lean_attention` on `Autodiff<B>`: one graph node whose backward recomputes the scores.
+//! `lean_attention` on `Autodiff<B>`: one graph node whose backward recomputes the scores;
+//! `lean_attention_packed` the same with one parent, the packed `qkv`, whose gradient it
+//! writes as one tensor.
 
 use burn::backend::autodiff::checkpoint::base::Checkpointer;
 use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
@@ -7,6 +9,7 @@ use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
 use burn::backend::Autodiff;
 use burn_backend::tensor::FloatTensor;
 
+use super::packed::{pack_heads, split_heads};
 use super::AttentionOps;
 
 /// What the backward pass needs: q, k, v, the output, each row's log-sum-exp, causality.
@@ -31,7 +34,39 @@ impl<B: AttentionOps> Backward<B, 3> for LeanAttentionBackward {
     }
 }
 
+/// What the packed node's backward needs: the same, and the packing `[batch, seq, heads]`.
+type PackedState<B> = (State<B>, [usize; 3]);
+
+#[derive(Debug)]
+struct PackedAttentionBackward;
+
+impl<B: AttentionOps> Backward<B, 1> for PackedAttentionBackward {
+    type State = PackedState<B>;
+
+    fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _checkpointer: &mut Checkpointer) {
+        let [qkv_node] = ops.parents;
+        let grad = grads.consume::<B>(&ops.node);
+        let ((query, key, value, output, lse, causal), layout) = ops.state;
+        let gradients = B::lean_attention_backward(query, key, value, output, lse, grad, causal);
+        if let Some(node) = qkv_node {
+            grads.register::<B>(node.id, pack_heads::<B>(gradients, layout));
+        }
+    }
+}
+
 impl<B: AttentionOps, C: CheckpointStrategy> AttentionOps for Autodiff<B, C> {
+    fn lean_attention_packed(qkv: FloatTensor<Self>, layout: [usize; 3], causal: bool) -> FloatTensor<Self> {
+        match PackedAttentionBackward.prepare::<C>([qkv.node.clone()]).compute_bound().stateful() {
+            OpsKind::Tracked(prep) => {
+                let [query, key, value] = split_heads::<B>(qkv.primitive, layout);
+                let (output, lse) = B::lean_attention_forward(query.clone(), key.clone(), value.clone(), causal);
+                let state = ((query, key, value, output.clone(), lse, causal), layout);
+                prep.finish(state, output)
+            }
+            OpsKind::UnTracked(prep) => prep.finish(B::lean_attention_packed(qkv.primitive, layout, causal)),
+        }
+    }
+
     fn lean_attention(
         query: FloatTensor<Self>,
         key: FloatTensor<Self>,

@@ -26,6 +26,7 @@ pub(crate) mod blocked;
 mod cube;
 mod flex;
 mod fused;
+mod packed;
 mod path;
 
 #[cfg(test)]
@@ -39,6 +40,7 @@ use burn::tensor::{Tensor, TensorPrimitive};
 use burn_backend::tensor::FloatTensor;
 use burn_backend::{Backend, DType, TensorMetadata};
 
+pub use packed::lean_attention_packed;
 pub use path::{attention_path, set_attention_path, AttentionPath};
 
 use super::conv::ChunkedConv;
@@ -75,6 +77,16 @@ pub trait AttentionOps: Backend {
     ) -> FloatTensor<Self> {
         let options = AttentionModuleOptions { scale: None, softcap: None, is_causal: causal };
         Self::attention(query, key, value, None, None, options)
+    }
+
+    /// [`lean_attention`](Self::lean_attention) of heads packed as GPT-2's `c_attn` writes
+    /// them: `qkv` `[batch · seq, 3 · heads · head_dim]`, each row a token's query, key and
+    /// value (`[batch, seq, heads]` in `layout`) → `[batch, heads, seq, head_dim]`. By default
+    /// the three as views of `qkv` into `lean_attention`; under `Autodiff` one node whose
+    /// backward writes `qkv`'s gradient as one tensor ([`packed`]).
+    fn lean_attention_packed(qkv: FloatTensor<Self>, layout: [usize; 3], causal: bool) -> FloatTensor<Self> {
+        let [query, key, value] = packed::split_heads::<Self>(qkv, layout);
+        Self::lean_attention(query, key, value, causal)
     }
 
     /// The forward pass a backward pass will follow: the output `[batch, heads, rows,
