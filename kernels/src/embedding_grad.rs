@@ -33,9 +33,9 @@ pub const GRAD_UNITS: usize = 256;
 const BLOCKS_PER_MULTIPROCESSOR: usize = 4;
 
 /// Blocks where the runtime does not say (wgpu). On llvmpipe each block costs about its
-/// barriers' coroutine switches, so few: over 20 calls with a one-value read each, gpt2-tiny's
-/// 128 tokens into 1,024 × 64 took 3.8 ms a call with 16 blocks, 7.3 with 64, Burn's kernel
-/// 2.3; gpt2-mini's 512 tokens into 50,304 × 128 took 23.6, 33 and 21 ms.
+/// barriers' coroutine switches, so few: gpt2-tiny's 128 tokens into its 1,024 × 64 table
+/// took 3.8–4.0 ms a call with 16 blocks, 7.3–8.0 with 64, Burn's kernel 2.3–2.6; gpt2-mini's
+/// 512 into 50,304 × 128 23.4–23.8, 32–34 and 20–24 ms (docs/benchmarks.md).
 const DEFAULT_BLOCKS: usize = 16;
 
 /// Cube `block` adds into the table's rows `block · rows_per_block ..` (at most
