@@ -120,8 +120,8 @@ mod tests {
 
     /// Packed and sliced give the same output and gradient (as values: a slice's gradient
     /// summed with zeros may turn −0 into 0); the control, key and value swapped, does not.
-    fn check<B: AutodiffBackend + AttentionOps>() {
-        for shape in shapes() {
+    fn check<B: AutodiffBackend + AttentionOps>(shapes: &[Shape]) {
+        for &shape in shapes {
             let packed = run::<B>(shape, true, false);
             assert!(packed == run::<B>(shape, false, false), "{shape:?}: packed differs from the slices");
             assert!(packed != run::<B>(shape, false, true), "{shape:?}: the control went unnoticed");
@@ -130,13 +130,15 @@ mod tests {
 
     #[test]
     fn packed_equals_the_slices_on_flex() {
-        check::<Autodiff<Flex>>();
-        check::<Autodiff<Lean<Flex>>>();
+        check::<Autodiff<Flex>>(&shapes());
+        check::<Autodiff<Lean<Flex>>>(&shapes());
     }
 
+    /// On the model's wgpu stack (the fused kernels, the concatenation as Fusion ops), two
+    /// shapes at one head dimension: every head dimension compiles its kernels anew on
+    /// llvmpipe (six random shapes on two stacks took 44 s of a CI-like run).
     #[test]
     fn packed_equals_the_slices_on_wgpu() {
-        check::<Autodiff<Wgpu>>();
-        check::<Autodiff<Lean<Wgpu>>>();
+        check::<Autodiff<Lean<Wgpu>>>(&[([2, 11, 2, 8], true), ([1, 6, 3, 8], false)]);
     }
 }
