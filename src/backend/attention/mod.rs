@@ -83,7 +83,7 @@ pub trait AttentionOps: Backend {
     /// them: `qkv` `[batch · seq, 3 · heads · head_dim]`, each row a token's query, key and
     /// value (`[batch, seq, heads]` in `layout`) → `[batch, heads, seq, head_dim]`. By default
     /// the three as views of `qkv` into `lean_attention`; under `Autodiff` one node whose
-    /// backward writes `qkv`'s gradient as one tensor ([`packed`]).
+    /// backward writes `qkv`'s gradient as one tensor (`src/backend/attention/packed.rs`).
     fn lean_attention_packed(qkv: FloatTensor<Self>, layout: [usize; 3], causal: bool) -> FloatTensor<Self> {
         let [query, key, value] = packed::split_heads::<Self>(qkv, layout);
         Self::lean_attention(query, key, value, causal)

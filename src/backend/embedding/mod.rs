@@ -18,7 +18,8 @@ use burn_backend::ops::ModuleOps;
 use burn_backend::tensor::{FloatTensor, IntTensor};
 use burn_backend::Backend;
 
-/// A backend's gradient of an embedding table; see the [module docs](self).
+/// A backend's gradient of an embedding table: Burn's op by default; on the CubeCL
+/// backends (fused or not) leanburn's kernel, Burn's result to the bit.
 pub trait EmbeddingOps: Backend {
     /// The gradient of `weights` (`[rows, width]`) looked up at `indices` (`[batch, seq]`)
     /// for the lookup's output gradient `output_grad` (`[batch, seq, width]`): Burn's
