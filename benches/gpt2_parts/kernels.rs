@@ -94,6 +94,9 @@ pub fn count<B: TrainBackend>(args: &Args, config: &Gpt2Config, seq: usize, devi
     );
     print_frequent("kernel (last step)", last);
     print_frequent("kernel (last step's optimizer)", last_optimizer);
+    // Counted: the log is not left behind in the temporary directory (CubeCL may go on
+    // writing to it, unlinked, for the parts after this one).
+    let _ = std::fs::remove_file(log_file());
 }
 
 /// The most frequent of `launches` (by kernel name), as a Markdown table.
