@@ -82,6 +82,7 @@ mod ops;
 pub(crate) mod optimizer;
 mod switch;
 
+pub(crate) use attention::split_packed_heads;
 pub use attention::{
     attention_path, attention_workspace, lean_attention, lean_attention_packed, set_attention_path,
     set_attention_workspace, AttentionOps, AttentionPath, DEFAULT_ATTENTION_WORKSPACE_BYTES,

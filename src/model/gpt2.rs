@@ -18,7 +18,7 @@
 //! steps free each chunk's logits, and training steps use the fused loss of
 //! [`lm_head_loss`](super::lm_head_loss), which also keeps none for the backward pass.
 
-use crate::backend::{exact_gelu, layer_norm, lean_attention_packed, TransformerOps};
+use crate::backend::{exact_gelu, layer_norm, lean_attention_packed, split_packed_heads, TransformerOps};
 use burn::module::{Initializer, Module};
 use burn::nn::loss::CrossEntropyLossConfig;
 use burn::nn::{Dropout, DropoutConfig, Embedding, EmbeddingConfig, LayerNorm, LayerNormConfig, Linear, LinearConfig};
@@ -284,11 +284,9 @@ impl<B: TransformerOps> CausalSelfAttention<B> {
             // gradient once, not as three slices' gradients summed.
             lean_attention_packed(qkv, [batch, seq], self.heads, true)
         } else {
-            let head_dim = d / self.heads;
-            let [query, key, value] = qkv.chunk(3, 1).try_into().expect("three equal chunks of 3·d");
-            let heads = |t: Tensor<B, 2>| t.reshape([batch, seq, self.heads, head_dim]).swap_dims(1, 2);
+            let [query, key, value] = split_packed_heads(qkv, [batch, seq, self.heads]);
             let options = AttentionModuleOptions { is_causal: true, ..Default::default() };
-            attention(heads(query), heads(key), heads(value), None, None, options)
+            attention(query, key, value, None, None, options)
         };
         let context = context.swap_dims(1, 2).reshape([batch * seq, d]);
         self.dropout.forward(self.projection.forward(context))

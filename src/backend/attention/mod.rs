@@ -41,6 +41,7 @@ use burn_backend::tensor::FloatTensor;
 use burn_backend::{Backend, DType, TensorMetadata};
 
 pub use packed::lean_attention_packed;
+pub(crate) use packed::split_packed_heads;
 pub use path::{attention_path, set_attention_path, AttentionPath};
 
 use super::conv::ChunkedConv;

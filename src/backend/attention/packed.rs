@@ -13,17 +13,22 @@
 use burn::tensor::backend::Backend;
 use burn::tensor::{Tensor, TensorPrimitive};
 use burn_backend::tensor::FloatTensor;
-use burn_backend::TensorMetadata;
 
 use super::AttentionOps;
 
-/// q, k and v `[batch, heads, seq, head_dim]` as views of the packed `qkv` of `[batch, seq,
-/// heads]`.
-pub(crate) fn split_heads<B: Backend>(qkv: FloatTensor<B>, [batch, seq, heads]: [usize; 3]) -> [FloatTensor<B>; 3] {
-    let head_dim = qkv.shape().dims::<2>()[1] / 3 / heads;
-    let qkv = Tensor::<B, 2>::from_primitive(TensorPrimitive::Float(qkv));
+/// q, k and v `[batch, heads, seq, head_dim]` as views of the packed `qkv` `[batch · seq,
+/// 3 · heads · head_dim]` (on an autodiff backend, three slices: the path Burn's attention
+/// takes in the GPT-2 model).
+pub(crate) fn split_packed_heads<B: Backend>(qkv: Tensor<B, 2>, [batch, seq, heads]: [usize; 3]) -> [Tensor<B, 4>; 3] {
+    let head_dim = qkv.dims()[1] / 3 / heads;
     let parts: [Tensor<B, 2>; 3] = qkv.chunk(3, 1).try_into().expect("three equal chunks of 3·d");
-    parts.map(|part| part.reshape([batch, seq, heads, head_dim]).swap_dims(1, 2).into_primitive().tensor())
+    parts.map(|part| part.reshape([batch, seq, heads, head_dim]).swap_dims(1, 2))
+}
+
+/// [`split_packed_heads`] on primitives.
+pub(crate) fn split_heads<B: Backend>(qkv: FloatTensor<B>, layout: [usize; 3]) -> [FloatTensor<B>; 3] {
+    let qkv = Tensor::<B, 2>::from_primitive(TensorPrimitive::Float(qkv));
+    split_packed_heads(qkv, layout).map(|part| part.into_primitive().tensor())
 }
 
 /// The packed `[batch · seq, 3 · d]` tensor of q, k and v heads `[batch, heads, seq,
