@@ -1,6 +1,6 @@
 //! Before the step is timed: leanburn's LayerNorm against Burn's, the LM head's loss and
-//! gradients and the token embedding's gradient on the device against the same ops on the
-//! CPU, its clipping factor
+//! gradients, the token embedding's gradient and a bias's on the device against the same
+//! ops on the CPU, its clipping factor
 //! against the host's (f64, from the gradients read back: Burn's own `sum` is wrong on wgpu
 //! past a million elements), and one AdamW step against Burn's AdamW, on the backend under
 //! test, once each, so that a kernel that is wrong on a new device shows as a number here,
@@ -55,6 +55,7 @@ pub fn against_burn<B: TrainBackend>(args: &Args, config: &Gpt2Config, seq: usiz
     eprintln!("LayerNorm, leanburn's against Burn's (largest difference over largest value): {}", errors.join(", "));
     lm_head_loss_against_the_cpu::<B::InnerBackend>(config, device);
     embedding_grad_against_the_cpu::<B::InnerBackend>(config, args.batch * seq, device);
+    bias_grad_against_the_cpu::<B::InnerBackend>(config, args.batch * seq, device);
 
     let (model, mut clipped, host) = super::training::<B>(args, config, seq, device);
     // One set of gradients for both (a second backward pass may round differently, and
@@ -152,6 +153,27 @@ fn embedding_grad_against_the_cpu<B: Backend>(config: &Gpt2Config, tokens: usize
     eprintln!(
         "token embedding gradient ({tokens} tokens into {vocab} × {d}), the device's op against the CPU's (largest \
          difference over largest value): {:.1e}",
+        relative(ours, theirs)
+    );
+}
+
+/// The MLP expansion's bias gradient (`linear_bias_backward`: on the CubeCL backends
+/// leanburn's column sums) over `tokens` rows of `4 · d_model`, against the same op on the
+/// CPU (Burn's, on Flex) from the same values read back: f32 sums in another order, so
+/// about 1e-7 in f32.
+fn bias_grad_against_the_cpu<B: Backend>(config: &Gpt2Config, tokens: usize, device: &B::Device) {
+    type Cpu = burn::backend::Flex;
+    let columns = 4 * config.d_model;
+    let output_grad = Tensor::<B, 2>::random([tokens, columns], Distribution::Normal(0.0, 1.0), device);
+    let ours = B::linear_bias_backward(output_grad.clone().into_primitive().tensor());
+    let cpu = Default::default();
+    let on_cpu = Tensor::<Cpu, 2>::from_data(output_grad.to_data().convert::<f32>(), &cpu).into_primitive().tensor();
+    let theirs = Tensor::<Cpu, 1>::from_primitive(TensorPrimitive::Float(Cpu::linear_bias_backward(on_cpu)));
+    let ours = Tensor::<B, 1>::from_primitive(TensorPrimitive::Float(ours)).into_data();
+    let ours = Tensor::<Cpu, 1>::from_data(ours.convert::<f32>(), &cpu);
+    eprintln!(
+        "bias gradient ({tokens} rows of {columns}), the device's op against the CPU's (largest difference over \
+         largest value): {:.1e}",
         relative(ours, theirs)
     );
 }

@@ -19,6 +19,7 @@ use cubecl::prelude::*;
 use cubecl::{calculate_cube_count_elemwise, CubeDim};
 
 use crate::tensor_group::{group_size, GroupGrid};
+use crate::vector::vector_width;
 
 /// The step's scalars (runtime values: one compiled kernel serves every step).
 #[derive(CubeLaunch, CubeType, Clone, Copy, Debug, PartialEq)]
@@ -66,7 +67,7 @@ fn updated<F: Float, N: Size>(
     (p_out, m_out, v_out)
 }
 
-/// One unit per vector of `N` elements (the vector width, see [`adamw_vector_size`]):
+/// One unit per vector of `N` elements (the vector width, see [`vector_width`]):
 /// reads the parameter, its gradient and both moments, writes the updated three.
 #[cube(launch_unchecked)]
 #[allow(clippy::too_many_arguments)]
@@ -141,12 +142,6 @@ pub fn adamw_in_place_kernel<F: Float, N: Size>(
     }
 }
 
-/// The vector width [`launch_adamw`] updates with: the widest the runtime prefers for an
-/// element of `elem_bytes` that divides `len`; 1 otherwise.
-pub fn adamw_vector_size<R: Runtime>(client: &ComputeClient<R>, elem_bytes: usize, len: usize) -> usize {
-    client.io_optimized_vector_sizes(elem_bytes).filter(|&w| len.is_multiple_of(w)).max().unwrap_or(1)
-}
-
 /// Updates a parameter of `len` elements: `param_out`, `moment_1_out` and `moment_2_out`
 /// from `param`, `grad`, `moment_1` and `moment_2`, the gradient multiplied by `scale[0]`
 /// (an f32 tensor of at least one element: the clipping's factor, or 1).
@@ -202,7 +197,7 @@ pub fn adamw_group_size<R: Runtime>(client: &ComputeClient<R>) -> usize {
 /// parameter and both moments are overwritten with their updated values (no new buffers,
 /// a third less memory traffic written to fresh pages), every gradient multiplied by
 /// `scale[0]`. The members are updated `width` elements to a vector: pass a width that
-/// divides every member's length ([`adamw_vector_size`] of their common divisor, or 1).
+/// divides every member's length ([`vector_width`] of their common divisor, or 1).
 ///
 /// # Safety
 /// As [`launch_adamw`] for each member's four tensors (contiguous, `len` elements of `F`)
@@ -254,7 +249,7 @@ struct Grid {
 
 impl Grid {
     fn new<R: Runtime, F>(client: &ComputeClient<R>, len: usize) -> Self {
-        let width = adamw_vector_size(client, size_of::<F>(), len);
+        let width = vector_width(client, size_of::<F>(), len);
         let vectors = len / width;
         let cube_dim = CubeDim::new(client, vectors);
         let cube_count = calculate_cube_count_elemwise(client, vectors, cube_dim);

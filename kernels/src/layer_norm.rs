@@ -13,14 +13,16 @@
 //! [`layer_norm_backward_kernel`] (its units stride over the row; sums in shared memory,
 //! f32 whatever the element type). The parameters' gradients are sums over rows:
 //! [`layer_norm_param_grads_kernel`] sums blocks of [`ROWS_PER_PARTIAL`] rows, one unit
-//! per column, and [`layer_norm_param_grads_finish_kernel`] adds the blocks' sums up (not
-//! needed when there is one block). A backward pass is two or three launches. Rows are
-//! contiguous, `d` elements each.
+//! per column, and [`launch_layer_norm_param_grads_finish`] adds the blocks' sums up with
+//! `column_sums`' kernel (not needed when there is one block). A backward pass is two or
+//! four launches. Rows are contiguous, `d` elements each.
 
 use cubecl::prelude::*;
 use cubecl::CubeDim;
 
+use crate::column_sums::launch_column_sums;
 use crate::reduce::{cube_row, cube_sum, row_cubes};
+use crate::vector::vector_width;
 
 /// Units per cube of the row kernels (a power of two).
 pub const ROW_UNITS: usize = 128;
@@ -160,31 +162,6 @@ pub fn layer_norm_param_grads_kernel<F: Float, G: Float>(
     dbeta[block * d + column] = G::cast_from(sum_beta);
 }
 
-/// One unit per column: the sums of the `blocks` partial rows of `partial_gamma` and
-/// `partial_beta` (`[blocks, d]` f32), as `F`.
-#[cube(launch_unchecked)]
-pub fn layer_norm_param_grads_finish_kernel<F: Float>(
-    partial_gamma: &Tensor<f32>,
-    partial_beta: &Tensor<f32>,
-    dgamma: &mut Tensor<F>,
-    dbeta: &mut Tensor<F>,
-    blocks: usize,
-    d: usize,
-) {
-    let column = CUBE_POS_X as usize * COLUMN_UNITS + UNIT_POS_X as usize;
-    if column >= d {
-        terminate!();
-    }
-    let mut sum_gamma = 0.0f32;
-    let mut sum_beta = 0.0f32;
-    for block in 0..blocks {
-        sum_gamma += partial_gamma[block * d + column];
-        sum_beta += partial_beta[block * d + column];
-    }
-    dgamma[column] = F::cast_from(sum_gamma);
-    dbeta[column] = F::cast_from(sum_beta);
-}
-
 /// The blocks of [`ROWS_PER_PARTIAL`] rows the parameters' gradients are summed in.
 pub fn layer_norm_blocks(rows: usize) -> usize {
     rows.div_ceil(ROWS_PER_PARTIAL).max(1)
@@ -280,10 +257,13 @@ pub unsafe fn launch_layer_norm_param_grads<R: Runtime, F: Float + CubeElement, 
 }
 
 /// Adds the `blocks` partial sums (`[blocks, d]` f32 each) up into the parameters'
-/// gradients `dgamma` and `dbeta` (`[d]` of `F`).
+/// gradients `dgamma` and `dbeta` (`[d]` of `F`): `column_sums`' kernel, one launch each
+/// (each cube's units share the blocks of a few columns, where one unit a column would
+/// walk every block alone).
 ///
 /// # Safety
-/// The tensors must have the shapes and types above, contiguous.
+/// The tensors must have the shapes and types above, contiguous, with `blocks` at most
+/// 32,768 (LayerNorm over at most 2,097,152 rows).
 pub unsafe fn launch_layer_norm_param_grads_finish<R: Runtime, F: Float + CubeElement>(
     client: &ComputeClient<R>,
     [partial_gamma, partial_beta]: [TensorArg<R>; 2],
@@ -291,15 +271,8 @@ pub unsafe fn launch_layer_norm_param_grads_finish<R: Runtime, F: Float + CubeEl
     blocks: usize,
     d: usize,
 ) {
-    layer_norm_param_grads_finish_kernel::launch_unchecked::<F, R>(
-        client,
-        CubeCount::Static(d.div_ceil(COLUMN_UNITS) as u32, 1, 1),
-        CubeDim::new_1d(COLUMN_UNITS as u32),
-        partial_gamma,
-        partial_beta,
-        dgamma,
-        dbeta,
-        blocks,
-        d,
-    );
+    let width = vector_width(client, size_of::<f32>(), d);
+    for (partial, sums) in [(partial_gamma, dgamma), (partial_beta, dbeta)] {
+        launch_column_sums::<R, f32, F>(client, partial, sums, [blocks, d / width], width, d / width, 1);
+    }
 }

@@ -1,7 +1,7 @@
 //! CubeCL kernels for leanburn's memory-bounded convolutions, its fused attention, its
-//! transformer rows (LayerNorm, the LM head's loss, the embedding's gradient) and its
-//! optimizer (the AdamW update, the clipping factor), each with a plain-Rust CPU reference
-//! that the tests compare it against.
+//! transformer rows (LayerNorm, the LM head's loss, the embedding's and a bias's
+//! gradients) and its optimizer (the AdamW update, the clipping factor), each with a
+//! plain-Rust CPU reference that the tests compare it against.
 //!
 //! Layout (the classic im2col one, with the batch folded into the columns so one GEMM
 //! covers a whole batch chunk):
@@ -20,6 +20,7 @@
 mod adamw;
 mod attention;
 mod col2im;
+mod column_sums;
 mod embedding_grad;
 mod geometry;
 mod global_norm;
@@ -29,10 +30,11 @@ mod lm_head_loss;
 mod reduce;
 pub mod reference;
 mod tensor_group;
+mod vector;
 
 pub use adamw::{
-    adamw_group_size, adamw_in_place_kernel, adamw_kernel, adamw_vector_size, launch_adamw, launch_adamw_in_place,
-    AdamWMember, AdamWScalars, AdamWScalarsLaunch,
+    adamw_group_size, adamw_in_place_kernel, adamw_kernel, launch_adamw, launch_adamw_in_place, AdamWMember,
+    AdamWScalars, AdamWScalarsLaunch,
 };
 pub use attention::{
     attention_backward_dkdv_kernel, attention_backward_dq_kernel, attention_block_softmax_grad_kernel,
@@ -42,6 +44,10 @@ pub use attention::{
     SCORE_ROW_UNITS,
 };
 pub use col2im::{col2im_kernel, launch_col2im};
+pub use column_sums::{
+    column_sum_blocks, column_sums_kernel, launch_column_sums, whole_blocks, COLUMN_LANES, MAX_COLUMN_SUM_ROWS,
+    MAX_COLUMN_SUM_VECTORS, ROW_LANES,
+};
 pub use embedding_grad::{embedding_grad_blocks, embedding_grad_kernel, launch_embedding_grad};
 pub use geometry::{ConvGeometry, ConvGeometryArgs, ConvGeometryArgsLaunch};
 pub use global_norm::{
@@ -52,6 +58,7 @@ pub use im2col::{im2col_kernel, im2col_vector_size, launch_im2col};
 pub use layer_norm::{
     launch_layer_norm_backward, launch_layer_norm_forward, launch_layer_norm_param_grads,
     launch_layer_norm_param_grads_finish, layer_norm_backward_kernel, layer_norm_blocks, layer_norm_forward_kernel,
-    layer_norm_param_grads_finish_kernel, layer_norm_param_grads_kernel, ROWS_PER_PARTIAL, ROW_UNITS,
+    layer_norm_param_grads_kernel, ROWS_PER_PARTIAL, ROW_UNITS,
 };
 pub use lm_head_loss::{launch_lm_head_loss_rows, lm_head_loss_rows_kernel, LOSS_ROW_UNITS};
+pub use vector::vector_width;

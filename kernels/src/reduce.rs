@@ -44,21 +44,31 @@ pub(crate) fn cube_softmax_stats<F: Float>(
     let mut sum = 0.0f32;
     let mut i = UNIT_POS_X as usize;
     while i < len {
-        let x = f32::cast_from(row[base + i]);
-        if x > largest {
-            sum = sum * (largest - x).exp() + 1.0f32;
-            largest = x;
-        } else {
-            sum += (x - largest).exp();
-        }
+        let (new_largest, new_sum) = absorb(largest, sum, f32::cast_from(row[base + i]));
+        largest = new_largest;
+        sum = new_sum;
         i += units;
     }
     combine_max_sum(largest, sum, units)
 }
 
+/// A running maximum and a sum of exponentials rescaled to it, with `x` taken in.
+#[cube]
+pub(crate) fn absorb(largest: f32, sum: f32, x: f32) -> (f32, f32) {
+    let mut new_largest = largest;
+    let mut new_sum = sum;
+    if x > largest {
+        new_sum = sum * (largest - x).exp() + 1.0f32;
+        new_largest = x;
+    } else {
+        new_sum += (x - largest).exp();
+    }
+    (new_largest, new_sum)
+}
+
 /// The units' `(largest, sum)` pairs combined pairwise by halving in shared memory.
 #[cube]
-fn combine_max_sum(largest: f32, sum: f32, #[comptime] units: usize) -> (f32, f32) {
+pub(crate) fn combine_max_sum(largest: f32, sum: f32, #[comptime] units: usize) -> (f32, f32) {
     let mut maxima = SharedMemory::<f32>::new(units);
     let mut sums = SharedMemory::<f32>::new(units);
     let unit = UNIT_POS_X as usize;

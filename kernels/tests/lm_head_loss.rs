@@ -1,6 +1,7 @@
 //! The LM head's loss-rows kernel against its f64 reference on a real runtime (wgpu;
 //! llvmpipe in CI): randomized rows and vocabularies (below, at and above the cube's 256
-//! units, and GPT-2's padded 50,304), logits spread wide enough that an unshifted
+//! units, and GPT-2's padded 50,304; rows read as vectors of 4, 2 and 1; a row's first
+//! and last logit as targets), logits spread wide enough that an unshifted
 //! exponential would overflow, the loss alone and with the gradient, f32 and f16 logits
 //! (f32 arithmetic). Controls: a target off by one and a gradient without its scale are
 //! caught.
@@ -80,10 +81,16 @@ fn check<E: Element>(tolerance: f64) {
     let mut rng = SmallRng::seed_from_u64(0x1055);
     let mut shapes: Vec<(usize, usize)> =
         (0..6).map(|_| (rng.random_range(1..=40), rng.random_range(1..=3000))).collect();
-    shapes.extend([(3, 256), (2, 1), (5, 50_304)]);
+    // Rows read as vectors of four, two and one logit (the widest that divides the row).
+    shapes.extend([(3, 256), (2, 1), (5, 50_304), (4, 1000), (3, 998), (3, 999)]);
     for (index, (rows, vocab)) in shapes.into_iter().enumerate() {
         let spread = if index % 2 == 0 { 8.0 } else { 60.0 };
-        let (logits, targets) = case(&mut rng, rows, vocab, spread);
+        let (logits, mut targets) = case(&mut rng, rows, vocab, spread);
+        // A row's last logit and its first as targets: a vector's last and first lane.
+        targets[0] = vocab - 1;
+        if rows > 1 {
+            targets[1] = 0;
+        }
         let logits = E::widen(&E::narrow(&logits));
         let scale = 1.0 / (rows as f32 * 3.0);
         let want = lm_head_loss_rows(&logits, &targets, vocab, f64::from(scale));

@@ -26,8 +26,8 @@ use cubecl::wgpu::{WgpuDevice, WgpuRuntime};
 
 use leanburn_kernels::reference::{self, AdamWSettings};
 use leanburn_kernels::{
-    adamw_group_size, adamw_vector_size, launch_adamw, launch_adamw_in_place, launch_clip_factor, launch_squares,
-    squares_group_size, squares_partials, AdamWMember, AdamWScalars,
+    adamw_group_size, launch_adamw, launch_adamw_in_place, launch_clip_factor, launch_squares, squares_group_size,
+    squares_partials, vector_width, AdamWMember, AdamWScalars,
 };
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -68,7 +68,7 @@ fn run<E: Element>(
     let outputs = [0; 3].map(|_| client.empty(len * size_of::<E>()));
     let read = |handle: &cubecl::server::Handle| E::widen(E::from_bytes(&client.read_one(handle.clone()).unwrap()));
     if in_place {
-        let width = adamw_vector_size(client, size_of::<E>(), len);
+        let width = vector_width(client, size_of::<E>(), len);
         let member = AdamWMember { tensors: [0, 1, 2, 3].map(|i| arg(&handles[i], len)), len };
         unsafe { launch_adamw_in_place::<WgpuRuntime, E>(client, vec![member], arg(&scale, 1), width, scalars) };
         return [0, 2, 3].map(|i| read(&handles[i]));
@@ -238,7 +238,7 @@ fn check_group<E: Element>() {
         let round = |x: &Vec<f32>| E::widen(&E::narrow(x));
         let members: Vec<[Vec<f32>; 4]> =
             group_members(&mut rng, count, multiple).iter().map(|m| m.each_ref().map(round)).collect();
-        let width = if multiple == 1 { 1 } else { adamw_vector_size(&client, size_of::<E>(), 4) };
+        let width = if multiple == 1 { 1 } else { vector_width(&client, size_of::<E>(), 4) };
         let grouped = run_group::<E>(&client, &members, 0.4, scalars(settings), width, None);
         for (i, (member, got)) in members.iter().zip(&grouped).enumerate() {
             let [p, g, m, v] = member.each_ref().map(|x| &x[..]);

@@ -69,6 +69,7 @@ pub(crate) fn contiguous_of<R: burn_cubecl::CubeRuntime>(
 }
 
 mod attention;
+mod bias_grad;
 mod budget;
 mod conv;
 mod cpu_rows;
@@ -87,6 +88,7 @@ pub use attention::{
     attention_path, attention_workspace, lean_attention, lean_attention_packed, set_attention_path,
     set_attention_workspace, AttentionOps, AttentionPath, DEFAULT_ATTENTION_WORKSPACE_BYTES,
 };
+pub use bias_grad::BiasGradOps;
 pub use budget::{ConvBudget, InvalidBudget};
 pub use conv::{conv2d_plan, conv_transpose2d_plan, ChunkedConv, ConvPlan};
 pub use embedding::EmbeddingOps;

@@ -3,6 +3,7 @@
 
 mod adamw;
 mod attention;
+mod column_sums;
 mod conv;
 mod embedding;
 mod layer_norm;
@@ -10,6 +11,7 @@ mod lm_head_loss;
 
 pub use adamw::{adamw, clip_factor, AdamWSettings};
 pub use attention::{attention, attention_backward, block_softmax, block_softmax_grad, AttentionGrads, Dims};
+pub use column_sums::column_sums;
 pub use conv::{col2im, im2col};
 pub use embedding::embedding_grad;
 pub use layer_norm::{layer_norm, layer_norm_backward};

@@ -22,6 +22,7 @@ use burn_backend::tensor::FloatTensor;
 use burn_backend::Backend;
 use leanburn_kernels::ConvGeometry;
 
+use super::bias_grad::BiasGradOps;
 use super::embedding::EmbeddingOps;
 use super::gemm::GemmOps;
 
@@ -32,8 +33,8 @@ use super::gemm::GemmOps;
 /// `batch_offset .. batch_offset + chunk`.
 ///
 /// It is also what `Lean<B>` asks of `B` (its one bound): the GEMM and the embedding's
-/// gradient come with it as supertraits.
-pub trait ChunkedConv: GemmOps + EmbeddingOps {
+/// and the bias's gradients come with it as supertraits.
+pub trait ChunkedConv: GemmOps + EmbeddingOps + BiasGradOps {
     /// Column-matrix-sized buffers alive at once inside [`Self::im2col`]: what the chunk
     /// planner charges per image.
     fn im2col_copies() -> usize {

@@ -186,9 +186,13 @@ impl<B: ChunkedConv> ModuleOps<Self> for Lean<B> {
         B::embedding_grad(weights, output_grad, indices)
     }
 
+    // A bias's gradient on leanburn's column sums where `B` is CubeCL's (see backend/bias_grad).
+    fn linear_bias_backward(output_grad: FloatTensor<Self>) -> FloatTensor<Self> {
+        B::bias_grad(output_grad)
+    }
+
     forward! {
         fn embedding(weights: FloatTensor<Self>, indices: IntTensor<Self>) -> FloatTensor<Self>;
-        fn linear_bias_backward(output_grad: FloatTensor<Self>) -> FloatTensor<Self>;
         fn conv1d(
             x: FloatTensor<Self>,
             weight: FloatTensor<Self>,

@@ -9,8 +9,8 @@ use burn_cubecl::ops::numeric::empty_device_contiguous_dtype;
 use burn_cubecl::tensor::CubeTensor;
 use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElement};
 use leanburn_kernels::{
-    adamw_group_size, adamw_vector_size, launch_adamw, launch_adamw_in_place, launch_clip_factor, launch_squares,
-    squares_group_size, squares_partials, AdamWMember, AdamWScalars,
+    adamw_group_size, launch_adamw, launch_adamw_in_place, launch_clip_factor, launch_squares, squares_group_size,
+    squares_partials, vector_width, AdamWMember, AdamWScalars,
 };
 
 use super::{composed, composed_clip_factor, grouped, AdamWParam, AdamWStep, OptimizerOps};
@@ -69,7 +69,7 @@ where
                 continue;
             }
             let len = shape.num_elements();
-            let width = adamw_vector_size(&param.client, dtype.size(), len);
+            let width = vector_width(&param.client, dtype.size(), len);
             let key = (param.device.clone(), dtype, width);
             let grad = contiguous_of(grad, dtype);
             let [moment_1, moment_2] = moments;
