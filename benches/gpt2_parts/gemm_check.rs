@@ -16,7 +16,8 @@
 use burn::tensor::backend::Backend;
 use burn::tensor::{Distribution, ElementConversion, FloatDType, Tensor};
 use leanburn::backend::{
-    gemm_order, set_f32_gemm, set_gemm_order, set_vendor_gemm, vendor_gemm, F32Gemm, GemmOps, GemmOrder,
+    gemm_bias_epilogue, gemm_order, set_f32_gemm, set_gemm_bias_epilogue, set_gemm_order, set_vendor_gemm, vendor_gemm,
+    F32Gemm, GemmOps, GemmOrder,
 };
 use leanburn::model::Gpt2Config;
 use leanburn::trainer::ForwardLoss;
@@ -62,6 +63,9 @@ pub fn run<B: TrainBackend>(args: &Args, config: &Gpt2Config, seq: usize, device
         eprintln!("gemm-check {}: {} cases; {verdict}", precision.name, args.gemm_cases);
         if !worst.passed(precision.tolerance, precision.own_tolerance()) {
             failures.push(precision.name);
+        }
+        if !check_biases::<B::InnerBackend>(args, precision, &mut rng, device) {
+            failures.push("a linear layer's bias");
         }
     }
     set_f32_gemm(F32Gemm::Tf32);
@@ -200,6 +204,46 @@ fn check_case<B: Backend>(
     ]
 }
 
+/// The linear layers' product with a bias, `x · w + b` over matrix shapes, as `Lean` runs
+/// it with the bias in cuBLASLt's epilogue ([`set_gemm_bias_epilogue`]) and without it (the
+/// GEMM, then an add), against the host reference plus `b`; the bias is `k` times a
+/// standard normal, so that the control, the reference without the bias, fails. Prints a
+/// line; whether it passed.
+fn check_biases<B: Backend>(args: &Args, precision: &Precision, rng: &mut SmallRng, device: &B::Device) -> bool {
+    let was = gemm_bias_epilogue();
+    let (mut epilogue, mut add, mut control) = (0.0f64, 0.0f64, f64::INFINITY);
+    for _ in 0..args.gemm_cases {
+        let Shapes { m, k, n, lhs_transposed, rhs_transposed, lhs_sliced, .. } = Shapes::random(rng, true);
+        B::seed(device, rng.random_range(0..u64::MAX / 2));
+        let x = operand::<B>(&[], m, k, lhs_transposed, lhs_sliced, precision.dtype, device);
+        let weight = operand::<B>(&[], k, n, rhs_transposed, false, precision.dtype, device).reshape([k, n]);
+        let bias = Tensor::<B, 1>::random([n], Distribution::Normal(0.0, k as f64), device).cast(precision.dtype);
+        let unbiased = reference(&[], &[], m, k, n, &host(&x), &host(&weight));
+        let b = host(&bias);
+        let biased: Vec<(f64, f64)> =
+            unbiased.iter().enumerate().map(|(i, &(v, scale))| (v + b[i % n], scale + b[i % n].abs())).collect();
+        let run = |on: bool| {
+            set_gemm_bias_epilogue(on);
+            host(&burn::tensor::module::linear(x.clone(), weight.clone(), Some(bias.clone())))
+        };
+        let (with, without) = (run(true), run(false));
+        epilogue = epilogue.max(error(&with, &biased));
+        add = add.max(error(&without, &biased));
+        control = control.min(error(&with, &unbiased));
+    }
+    set_gemm_bias_epilogue(was);
+    let tolerance = precision.tolerance;
+    let passed = epilogue <= tolerance && add <= tolerance && control > tolerance;
+    eprintln!(
+        "gemm-check {} with a bias: {} cases; worst error {epilogue:.1e} asking for the bias in cuBLASLt's epilogue, \
+         {add:.1e} as the GEMM then an add (tolerance {tolerance:.0e}); without the bias (the control) {control:.1e} at least ({})",
+        precision.name,
+        args.gemm_cases,
+        if passed { "pass" } else if control > tolerance { "FAIL" } else { "control NOT CAUGHT" }
+    );
+    passed
+}
+
 /// `[batch.., rows, cols]` random values of `dtype`, made as asked (a transposed view, or a
 /// slice of a wider tensor).
 fn operand<B: Backend>(
@@ -229,7 +273,7 @@ fn product<B: Backend>(lhs: &Tensor<B, 4>, rhs: &Tensor<B, 4>) -> Tensor<B, 4> {
     lhs.clone().matmul(rhs.clone())
 }
 
-fn host<B: Backend>(tensor: &Tensor<B, 4>) -> Vec<f64> {
+fn host<B: Backend, const D: usize>(tensor: &Tensor<B, D>) -> Vec<f64> {
     let values: Vec<f32> = tensor.clone().into_data().convert::<f32>().to_vec().expect("f32 values");
     values.into_iter().map(f64::from).collect()
 }
@@ -306,6 +350,10 @@ fn gpt2_step<B: TrainBackend>(
     set_gemm_order(GemmOrder::HostWaits);
     let host_waits = run(true, &host);
     set_gemm_order(order);
+    let was = gemm_bias_epilogue();
+    set_gemm_bias_epilogue(!was);
+    let other_bias = run(true, &host);
+    set_gemm_bias_epilogue(was);
     set_vendor_gemm(true);
     let relative = |a: &[Vec<f64>], b: &[Vec<f64>]| {
         a.iter().zip(b).map(|(x, y)| norm_of_difference(x, y) / norm(y).max(f64::MIN_POSITIVE)).fold(0.0, f64::max)
@@ -316,15 +364,27 @@ fn gpt2_step<B: TrainBackend>(
     // The same products in another order with CubeCL's kernels: a GEMM that ran before its
     // operands were written, or was overwritten before it was read, shows here.
     let order_gap = relative(&with.1, &host_waits.1).max((with.0 - host_waits.0).abs() / host_waits.0.abs());
-    let passed = loss <= 1e-3 && gradients <= 2e-2 && control_gap > 2e-2 && order_gap <= 1e-5;
+    // The biases added in cuBLASLt's epilogue or after the GEMM (the heuristic may choose
+    // other algorithms for either): held to the tolerances of with and without the vendor.
+    let bias_gap = relative(&other_bias.1, &with.1);
+    let bias_loss = (other_bias.0 - with.0).abs() / with.0.abs();
+    let passed = loss <= 1e-3
+        && gradients <= 2e-2
+        && control_gap > 2e-2
+        && order_gap <= 1e-5
+        && bias_loss <= 1e-3
+        && bias_gap <= 2e-2;
     eprintln!(
         "gemm-check GPT-2 step ({}, batch {} × {seq}): loss {:.6} with the vendor's GEMM, {:.6} without (relative {loss:.1e}); \
          worst gradient ‖with − without‖/‖without‖ {gradients:.1e} (tolerance 2e-2); another batch's {control_gap:.1e} \
-         (the control); on CubeCL's stream against with host waits (loss and gradients) {order_gap:.1e} (tolerance 1e-5) — {}",
+         (the control); on CubeCL's stream against with host waits (loss and gradients) {order_gap:.1e} (tolerance 1e-5); \
+         the biases {} cuBLASLt's epilogue against {}: loss {bias_loss:.1e}, gradients {bias_gap:.1e} — {}",
         args.preset,
         args.batch,
         with.0,
         without.0,
+        if was { "outside" } else { "in" },
+        if was { "in it" } else { "after the GEMM" },
         if passed { "pass" } else { "FAIL" }
     );
     passed.then_some(()).ok_or("the GPT-2 step")

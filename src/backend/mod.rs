@@ -95,8 +95,8 @@ pub use embedding::EmbeddingOps;
 pub use gelu::{exact_gelu, gelu_derivative, GeluOps};
 pub(crate) use gemm::gemm;
 pub use gemm::{
-    f32_gemm, gemm_order, set_f32_gemm, set_gemm_order, set_vendor_gemm, vendor_gemm, F32Gemm, GemmOps, GemmOrder,
-    VendorGemm,
+    f32_gemm, gemm_bias_epilogue, gemm_order, set_f32_gemm, set_gemm_bias_epilogue, set_gemm_order, set_vendor_gemm,
+    vendor_gemm, F32Gemm, GemmOps, GemmOrder, VendorGemm,
 };
 pub use layer_norm::{layer_norm, LayerNormOps};
 pub use lm_head_loss::LmHeadLossOps;
@@ -224,6 +224,10 @@ impl<B: ChunkedConv> GemmOps for Lean<B> {
 
     fn gemm(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>) -> FloatTensor<Self> {
         B::gemm(lhs, rhs)
+    }
+
+    fn gemm_bias(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>, bias: FloatTensor<Self>) -> FloatTensor<Self> {
+        B::gemm_bias(lhs, rhs, bias)
     }
 }
 

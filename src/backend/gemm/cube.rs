@@ -5,7 +5,7 @@ use burn_backend::ops::FloatTensorOps;
 use burn_backend::tensor::FloatTensor;
 use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElement};
 
-use super::GemmOps;
+use super::{leading_ones, GemmOps};
 
 impl<R, F, I, BT> GemmOps for CubeBackend<R, F, I, BT>
 where
@@ -34,5 +34,18 @@ where
             false => (lhs, rhs),
         };
         <Self as FloatTensorOps<Self>>::float_matmul(lhs, rhs)
+    }
+
+    fn gemm_bias(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>, bias: FloatTensor<Self>) -> FloatTensor<Self> {
+        #[cfg(feature = "cuda")]
+        let (lhs, rhs, bias) = match super::cublaslt::serves::<R>() && super::gemm_bias_epilogue() {
+            true => match super::cublaslt::gemm_bias::<R>(lhs, rhs, bias) {
+                Ok(product) => return product,
+                Err(operands) => *operands,
+            },
+            false => (lhs, rhs, bias),
+        };
+        let rank = lhs.meta.shape().num_dims();
+        <Self as FloatTensorOps<Self>>::float_add(Self::gemm(lhs, rhs), leading_ones::<Self>(bias, rank))
     }
 }

@@ -11,7 +11,7 @@
 //! heuristic once each.
 
 use std::any::Any;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::ffi::c_void;
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -31,6 +31,10 @@ use super::{f32_gemm, gemm_order, gemm_tuning, tune, vendor_gemm_enabled, F32Gem
 
 /// The most workspace one GEMM's algorithm may take (cuBLAS's recommendation for Hopper).
 const MAX_WORKSPACE_BYTES: usize = 32 << 20;
+
+/// The alignment, in bytes, asked of a bias the epilogue reads (others take the GEMM and
+/// an add): what other users of the epilogue found needed (Marian's `prod.cpp`).
+const BIAS_ALIGNMENT: u32 = 16;
 
 /// The library's version, or why it cannot be used; probed once.
 pub(super) fn library() -> &'static Result<usize, String> {
@@ -71,17 +75,54 @@ pub(super) fn gemm<R: CubeRuntime>(lhs: CubeTensor<R>, rhs: CubeTensor<R>) -> Re
         return Err(Box::new((lhs, rhs)));
     }
     let (lhs, rhs) = (runtime_cast::<R, CudaRuntime>(lhs), runtime_cast::<R, CudaRuntime>(rhs));
-    match cuda_gemm(lhs, rhs) {
+    match cuda_gemm(lhs, rhs, None) {
         Ok(product) => Ok(runtime_cast::<CudaRuntime, R>(product)),
         Err(operands) => {
-            let (lhs, rhs) = *operands;
+            let (lhs, rhs, _) = *operands;
             Err(Box::new((runtime_cast::<CudaRuntime, R>(lhs), runtime_cast::<CudaRuntime, R>(rhs))))
+        }
+    }
+}
+
+/// `lhs · rhs + bias` (`bias` `[n]`, every row) in one cuBLASLt call, the bias added in
+/// its epilogue (`CUBLASLT_EPILOGUE_BIAS`), or the operands back where that call does not
+/// take them: as [`gemm`], and also a bias of another type, not contiguous, not aligned
+/// to 16 bytes, or a batched product (the bias is added to one matrix).
+pub(super) fn gemm_bias<R: CubeRuntime>(
+    lhs: CubeTensor<R>,
+    rhs: CubeTensor<R>,
+    bias: CubeTensor<R>,
+) -> Result<CubeTensor<R>, RefusedBias<R>> {
+    let columns = rhs.meta.shape().as_slice().last().copied();
+    let takes = serves::<R>()
+        && lhs.dtype == rhs.dtype
+        && bias.dtype == lhs.dtype
+        && DataKind::of(lhs.dtype).is_some()
+        && bias.meta.shape().as_slice().len() == 1
+        && Some(bias.meta.shape().as_slice()[0]) == columns
+        && bias.is_contiguous();
+    if !takes {
+        return Err(Box::new((lhs, rhs, bias)));
+    }
+    let cast = runtime_cast::<R, CudaRuntime>;
+    match cuda_gemm(cast(lhs), cast(rhs), Some(cast(bias))) {
+        Ok(product) => Ok(runtime_cast::<CudaRuntime, R>(product)),
+        Err(operands) => {
+            let (lhs, rhs, bias) = *operands;
+            let back = runtime_cast::<CudaRuntime, R>;
+            Err(Box::new((back(lhs), back(rhs), back(bias.expect("a bias was given")))))
         }
     }
 }
 
 /// The operands of a product cuBLASLt does not take, handed back.
 pub(super) type Refused<R> = Box<(CubeTensor<R>, CubeTensor<R>)>;
+
+/// The same for a product with a bias.
+pub(super) type RefusedBias<R> = Box<(CubeTensor<R>, CubeTensor<R>, CubeTensor<R>)>;
+
+/// The operands handed back by [`cuda_gemm`], the bias with them where there was one.
+type RefusedOperands = Box<(CubeTensor<CudaRuntime>, CubeTensor<CudaRuntime>, Option<CubeTensor<CudaRuntime>>)>;
 
 /// `tensor` as a tensor of runtime `To`, which is its runtime (checked by the caller).
 fn runtime_cast<From: CubeRuntime, To: CubeRuntime>(tensor: CubeTensor<From>) -> CubeTensor<To> {
@@ -92,7 +133,8 @@ fn runtime_cast<From: CubeRuntime, To: CubeRuntime>(tensor: CubeTensor<From>) ->
 fn cuda_gemm(
     mut lhs: CubeTensor<CudaRuntime>,
     mut rhs: CubeTensor<CudaRuntime>,
-) -> Result<CubeTensor<CudaRuntime>, Refused<CudaRuntime>> {
+    bias: Option<CubeTensor<CudaRuntime>>,
+) -> Result<CubeTensor<CudaRuntime>, RefusedOperands> {
     let layout = loop {
         let lhs_view = View::new(lhs.meta.shape(), lhs.meta.strides());
         let rhs_view = View::new(rhs.meta.shape(), rhs.meta.strides());
@@ -104,7 +146,7 @@ fn cuda_gemm(
             Err(LayoutRefusal::RhsStrides | LayoutRefusal::RhsBatch) if !rhs.is_contiguous() => {
                 rhs = into_contiguous(rhs)
             }
-            Err(_) => return Err(Box::new((lhs, rhs))),
+            Err(_) => return Err(Box::new((lhs, rhs, bias))),
         }
     };
     let shape = output_shape(lhs.meta.shape().as_slice(), rhs.meta.shape().as_slice())
@@ -119,8 +161,13 @@ fn cuda_gemm(
     let (a, _a) = pointer(&rhs);
     let (b, _b) = pointer(&lhs);
     let (d, _d) = pointer(&output);
+    let bias_resource = bias.as_ref().map(pointer);
+    let bias_ptr = bias_resource.as_ref().map_or(0, |(ptr, _)| *ptr);
+    if bias.is_some() && (layout.batch > 1 || alignment(bias_ptr) < BIAS_ALIGNMENT) {
+        return Err(Box::new((lhs, rhs, bias)));
+    }
     let kind = DataKind::of(dtype).expect("checked by the caller");
-    let key = PlanKey { layout, kind, f32: f32_gemm(), align: [a, b, d].map(alignment) };
+    let key = PlanKey { layout, kind, f32: f32_gemm(), align: [a, b, d].map(alignment), bias: bias.is_some() };
     // The patched cubecl-cuda's `GpuResource::stream`: the stream CubeCL's kernels of this
     // thread run on (null where unknown).
     #[cfg(feature = "cuda-stream")]
@@ -137,10 +184,15 @@ fn cuda_gemm(
     // Enqueued after the operands' producers, before the output's users; the buffers (the
     // workspace too) go back to CubeCL's pool for work on the same stream only.
     let stream = if on_cubecl_stream { cubecl_stream } else { context.stream };
+    if key.bias && !context.can_plan(&key) {
+        // No algorithm adds this bias in its epilogue: the GEMM and an add (its plan made
+        // here, so a bias plan is never tuned).
+        return Err(Box::new((lhs, rhs, bias)));
+    }
     if gemm_tuning() && !context.plans.contains_key(&key) {
         let scratch = client.empty(MAX_WORKSPACE_BYTES);
         let scratch = client.get_resource(scratch).expect("cuBLASLt: CubeCL gives the workspace's address");
-        context.tune(&key, [a, b, d], scratch.resource().ptr, stream);
+        context.tune(&key, [a, b, d, bias_ptr], scratch.resource().ptr, stream);
     }
     let plan = context.plan(&key);
     let workspace = (plan.workspace > 0).then(|| client.empty(plan.workspace));
@@ -148,7 +200,7 @@ fn cuda_gemm(
         let resource = client.get_resource(handle.clone()).expect("cuBLASLt: CubeCL gives the workspace's address");
         (resource.resource().ptr, Some(resource))
     });
-    context.run(&plan, [a, b, d], workspace_ptr.0, stream);
+    context.run(&plan, [a, b, d, bias_ptr], workspace_ptr.0, stream);
     if !on_cubecl_stream {
         // SAFETY: the context's own stream, live for the life of the process.
         unsafe { driver::stream::synchronize(context.stream) }
@@ -210,11 +262,15 @@ struct PlanKey {
     f32: F32Gemm,
     /// Alignment of A, B and D (C is D).
     align: [u32; 3],
+    /// Whether the epilogue adds a bias vector (`CUBLASLT_EPILOGUE_BIAS`), given per call.
+    bias: bool,
 }
 
 /// The descriptors and the heuristic's algorithm for one [`PlanKey`].
 struct Plan {
     desc: sys::cublasLtMatmulDesc_t,
+    /// Whether `desc`'s epilogue adds a bias, whose address each call sets.
+    bias: bool,
     /// A, B and D (C is D, with β = 0).
     layouts: [sys::cublasLtMatrixLayout_t; 3],
     algo: sys::cublasLtMatmulAlgo_t,
@@ -227,6 +283,9 @@ struct DeviceContext {
     stream: driver_sys::CUstream,
     handle: sys::cublasLtHandle_t,
     plans: HashMap<PlanKey, Arc<Plan>>,
+    /// Keys with a bias epilogue the heuristic had no algorithm for (those products take
+    /// the GEMM and an add).
+    refused: HashSet<PlanKey>,
 }
 
 // SAFETY: the raw handles are only used under the context's mutex, with the device's
@@ -257,11 +316,33 @@ impl DeviceContext {
             let stream = driver::stream::create(driver::stream::StreamKind::NonBlocking)
                 .unwrap_or_else(|e| fail("cuStreamCreate", &e));
             let handle = lt::create_handle().unwrap_or_else(|e| fail("cublasLtCreate", &e));
-            Self { context, stream, handle, plans: HashMap::new() }
+            Self { context, stream, handle, plans: HashMap::new(), refused: HashSet::new() }
         }
     }
 
     /// The plan for `key`, asking the heuristic the first time.
+    /// Whether `key` has a plan, made now where it has none yet; `false` (remembered) where
+    /// the heuristic has no algorithm for it.
+    fn can_plan(&mut self, key: &PlanKey) -> bool {
+        if self.plans.contains_key(key) {
+            return true;
+        }
+        if self.refused.contains(key) {
+            return false;
+        }
+        // SAFETY: as in `plan`.
+        match unsafe { make_plan(self.handle, key, 1) } {
+            Ok((plan, _)) => {
+                self.plans.insert(key.clone(), Arc::new(plan));
+                true
+            }
+            Err(_) => {
+                self.refused.insert(key.clone());
+                false
+            }
+        }
+    }
+
     fn plan(&mut self, key: &PlanKey) -> Arc<Plan> {
         if let Some(plan) = self.plans.get(key) {
             return plan.clone();
@@ -275,16 +356,16 @@ impl DeviceContext {
     }
 
     /// Makes `key`'s plan with the fastest of the heuristic's candidates, each timed on
-    /// `stream` at the live addresses `[a, b, d]` (`d` is overwritten) with `scratch`
+    /// `stream` at the live addresses `[a, b, d, bias]` (`d` is overwritten) with `scratch`
     /// ([`MAX_WORKSPACE_BYTES`]) as its workspace.
-    fn tune(&mut self, key: &PlanKey, [a, b, d]: [u64; 3], scratch: u64, stream: driver_sys::CUstream) {
+    fn tune(&mut self, key: &PlanKey, addresses: [u64; 4], scratch: u64, stream: driver_sys::CUstream) {
         // SAFETY: as in `plan`.
         let (mut plan, candidates) = unsafe { make_plan(self.handle, key, TUNE_CANDIDATES) }
             .unwrap_or_else(|err| panic!("cuBLASLt has no algorithm for {key:?}: {err:?}"));
         let candidates: Vec<_> = candidates.into_iter().filter(|c| c.workspaceSize <= MAX_WORKSPACE_BYTES).collect();
         let fastest = tune::fastest(candidates.len(), stream, |i| {
             let trial = Plan { algo: candidates[i].algo, workspace: candidates[i].workspaceSize, ..plan };
-            self.run(&trial, [a, b, d], scratch, stream);
+            self.run(&trial, addresses, scratch, stream);
         });
         if let Some(fastest) = fastest {
             plan.algo = candidates[fastest].algo;
@@ -293,8 +374,9 @@ impl DeviceContext {
         self.plans.insert(key.clone(), Arc::new(plan));
     }
 
-    /// Enqueues `D = op(A)·op(B)` at the device addresses `[a, b, d]` on `stream`.
-    fn run(&self, plan: &Plan, [a, b, d]: [u64; 3], workspace: u64, stream: driver_sys::CUstream) {
+    /// Enqueues `D = op(A)·op(B)` (plus the bias at `bias`, where the plan's epilogue adds
+    /// one; 0 otherwise) at the device addresses `[a, b, d, bias]` on `stream`.
+    fn run(&self, plan: &Plan, [a, b, d, bias]: [u64; 4], workspace: u64, stream: driver_sys::CUstream) {
         let (alpha, beta) = (1.0f32, 0.0f32);
         let [a_layout, b_layout, d_layout] = plan.layouts;
         // SAFETY: the addresses are live CubeCL buffers of the layouts' extents (held by the
@@ -303,6 +385,12 @@ impl DeviceContext {
         // or a host wait).
         unsafe {
             driver::ctx::set_current(self.context).expect("cuCtxSetCurrent before a cuBLASLt GEMM");
+            if plan.bias {
+                // The descriptor is this plan's, used under the context's mutex only.
+                let attribute = sys::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_BIAS_POINTER;
+                set(|buf, size| lt::set_matmul_desc_attribute(plan.desc, attribute, buf, size), &bias)
+                    .unwrap_or_else(|err| panic!("cuBLASLt: setting the bias pointer failed: {err:?}"));
+            }
             lt::matmul(
                 self.handle,
                 plan.desc,
@@ -346,6 +434,14 @@ unsafe fn make_plan(
         let op: i32 = operand.transpose.into();
         set(|buf, size| lt::set_matmul_desc_attribute(desc, attribute, buf, size), &op)?;
     }
+    if key.bias {
+        // The bias has D's type (the default) and D's rows: Burn's columns.
+        let epilogue = sys::cublasLtEpilogue_t::CUBLASLT_EPILOGUE_BIAS;
+        set(
+            |buf, size| lt::set_matmul_desc_attribute(desc, Desc::CUBLASLT_MATMUL_DESC_EPILOGUE, buf, size),
+            &epilogue,
+        )?;
+    }
     let layouts = [layout.a, layout.b, layout.d].map(|operand| matrix_layout(key.kind, operand, layout.batch));
     let [a, b, d] = [layouts[0]?, layouts[1]?, layouts[2]?];
     let preference = lt::create_matmul_pref()?;
@@ -387,7 +483,7 @@ unsafe fn make_plan(
     let Some(first) = results.first() else {
         return Err(lt::CublasError(sys::cublasStatus_t::CUBLAS_STATUS_NOT_SUPPORTED));
     };
-    let plan = Plan { desc, layouts: [a, b, d], algo: first.algo, workspace: first.workspaceSize };
+    let plan = Plan { desc, bias: key.bias, layouts: [a, b, d], algo: first.algo, workspace: first.workspaceSize };
     Ok((plan, results))
 }
 

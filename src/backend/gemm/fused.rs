@@ -13,7 +13,7 @@ use burn_fusion::{Fusion, FusionBackend, FusionRuntime};
 use burn_ir::{CustomOpIr, HandleContainer};
 
 use super::layout::output_shape;
-use super::GemmOps;
+use super::{gemm_bias_epilogue, leading_ones, GemmOps};
 use crate::backend::custom_op::queue_custom;
 
 #[derive(Debug)]
@@ -27,7 +27,11 @@ impl<B: FusionBackend + GemmOps> Operation<B::FusionRuntime> for QueuedGemm<B> {
         #[cfg(test)]
         EXECUTED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let [lhs, rhs] = [0, 1].map(|i| handles.get_float_tensor::<B>(&self.desc.inputs[i]));
-        handles.register_float_tensor::<B>(&self.desc.outputs[0].id, B::gemm(lhs, rhs));
+        let product = match self.desc.inputs.get(2) {
+            Some(bias) => B::gemm_bias(lhs, rhs, handles.get_float_tensor::<B>(bias)),
+            None => B::gemm(lhs, rhs),
+        };
+        handles.register_float_tensor::<B>(&self.desc.outputs[0].id, product);
     }
 }
 
@@ -51,6 +55,31 @@ impl<B: FusionBackend + GemmOps> GemmOps for Fusion<B> {
             }
             // Fusion's matmul, which also says what is wrong with shapes that do not multiply.
             _ => <Self as FloatTensorOps<Self>>::float_matmul(lhs, rhs),
+        }
+    }
+
+    /// One custom operation where cuBLASLt adds the bias in its epilogue; elsewhere the
+    /// GEMM and Fusion's add, which Fusion may fuse with the element-wise ops after it.
+    fn gemm_bias(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>, bias: FloatTensor<Self>) -> FloatTensor<Self> {
+        let epilogue = queue_gemm() || (B::vendor_gemm(lhs.client.device()) && gemm_bias_epilogue());
+        let shape = output_shape(lhs.shape.as_slice(), rhs.shape.as_slice());
+        let same_type = lhs.dtype == rhs.dtype && bias.dtype == lhs.dtype;
+        match shape {
+            Some(shape) if epilogue && same_type && bias.shape.as_slice() == [shape[shape.len() - 1]] => {
+                let output = (Shape::from(shape), lhs.dtype);
+                let inputs = vec![lhs, rhs, bias];
+                let [product] =
+                    queue_custom::<B, _, 1>("leanburn_gemm_bias", inputs, [output], |desc| QueuedGemm::<B> {
+                        desc,
+                        _backend: PhantomData,
+                    });
+                product
+            }
+            _ => {
+                let rank = lhs.shape.num_dims();
+                let product = Self::gemm(lhs, rhs);
+                <Self as FloatTensorOps<Self>>::float_add(product, leading_ones::<Self>(bias, rank))
+            }
         }
     }
 }

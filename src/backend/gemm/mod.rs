@@ -52,6 +52,14 @@ pub trait GemmOps: Backend {
     fn gemm(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>) -> FloatTensor<Self> {
         Self::float_matmul(lhs, rhs)
     }
+
+    /// `lhs · rhs + bias`, `bias` `[n]` added to every row of the product: [`Self::gemm`]
+    /// then Burn's add, or, where [`gemm_bias_epilogue`] and cuBLASLt take the operands,
+    /// one cuBLASLt call that adds the bias in its epilogue.
+    fn gemm_bias(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>, bias: FloatTensor<Self>) -> FloatTensor<Self> {
+        let rank = lhs.shape().num_dims();
+        Self::float_add(Self::gemm(lhs, rhs), leading_ones::<Self>(bias, rank))
+    }
 }
 
 impl GemmOps for NdArray {}
@@ -76,10 +84,10 @@ pub(crate) fn linear<B: GemmOps>(
     bias: Option<FloatTensor<B>>,
 ) -> FloatTensor<B> {
     let rank = x.shape().num_dims();
-    let output = B::gemm(x, leading_ones::<B>(weight, rank));
+    let weight = leading_ones::<B>(weight, rank);
     match bias {
-        Some(bias) => B::float_add(output, leading_ones::<B>(bias, rank)),
-        None => output,
+        Some(bias) => B::gemm_bias(x, weight, bias),
+        None => B::gemm(x, weight),
     }
 }
 
@@ -101,7 +109,7 @@ pub(crate) fn linear_weight_backward<B: GemmOps>(x: FloatTensor<B>, output_grad:
 }
 
 /// `tensor` with size-1 dimensions put in front up to `rank`.
-fn leading_ones<B: Backend>(tensor: FloatTensor<B>, rank: usize) -> FloatTensor<B> {
+pub(super) fn leading_ones<B: Backend>(tensor: FloatTensor<B>, rank: usize) -> FloatTensor<B> {
     let shape = tensor.shape();
     if shape.num_dims() >= rank {
         return tensor;
@@ -134,6 +142,21 @@ static VENDOR: Switch = Switch::unset();
 static STRICT: Switch = Switch::unset();
 static HOST_ORDER: Switch = Switch::unset();
 static TUNE: Switch = Switch::unset();
+static BIAS_EPILOGUE: Switch = Switch::unset();
+
+/// Adds the linear layers' biases in cuBLASLt's epilogue (`CUBLASLT_EPILOGUE_BIAS`) instead
+/// of a kernel after the GEMM, process-wide. Off by default (`LEANBURN_GEMM_BIAS=epilogue`
+/// turns it on) until it has been timed on a GPU; it changes nothing where the GEMMs are
+/// not cuBLASLt's.
+pub fn set_gemm_bias_epilogue(enabled: bool) {
+    BIAS_EPILOGUE.set(enabled);
+}
+
+/// Whether [`GemmOps::gemm_bias`] asks cuBLASLt to add the bias (see
+/// [`set_gemm_bias_epilogue`]).
+pub fn gemm_bias_epilogue() -> bool {
+    BIAS_EPILOGUE.get(|| env_is("LEANBURN_GEMM_BIAS", "epilogue"))
+}
 
 /// Whether a new cuBLASLt plan times the heuristic's candidates and keeps the fastest
 /// (`LEANBURN_GEMM_TUNE=1`; off by default, the heuristic's first choice: not yet measured).
@@ -206,7 +229,13 @@ pub(crate) fn vendor_gemm_enabled() -> bool {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum VendorGemm {
     /// cuBLASLt, at this version (`cublasLtGetVersion`: 130002 is 13.0.2).
-    CublasLt { version: usize, f32: F32Gemm, order: GemmOrder },
+    CublasLt {
+        version: usize,
+        f32: F32Gemm,
+        order: GemmOrder,
+        /// Whether the linear layers' biases are added in its epilogue ([`set_gemm_bias_epilogue`]).
+        bias_epilogue: bool,
+    },
     /// CubeCL's matmul, for this reason.
     CubeCl(String),
 }
@@ -214,12 +243,13 @@ pub enum VendorGemm {
 impl fmt::Display for VendorGemm {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Self::CublasLt { version, f32, order } => write!(
+            Self::CublasLt { version, f32, order, bias_epilogue } => write!(
                 f,
-                "Lean's GEMMs on cuBLASLt {}.{}.{} (f32 as {f32}, {order})",
+                "Lean's GEMMs on cuBLASLt {}.{}.{} (f32 as {f32}, {order}{})",
                 version / 10_000,
                 version / 100 % 100,
-                version % 100
+                version % 100,
+                if *bias_epilogue { ", biases in its epilogue" } else { "" }
             ),
             Self::CubeCl(why) => write!(f, "Lean's GEMMs on CubeCL's matmul ({why})"),
         }
@@ -234,7 +264,12 @@ pub fn vendor_gemm() -> VendorGemm {
     #[cfg(feature = "cuda")]
     {
         match cublaslt::library() {
-            Ok(version) => VendorGemm::CublasLt { version: *version, f32: f32_gemm(), order: gemm_order() },
+            Ok(version) => VendorGemm::CublasLt {
+                version: *version,
+                f32: f32_gemm(),
+                order: gemm_order(),
+                bias_epilogue: gemm_bias_epilogue(),
+            },
             Err(why) => VendorGemm::CubeCl(why.clone()),
         }
     }

@@ -309,6 +309,40 @@ fn the_queued_gemm_equals_fusions_matmul_on_wgpu() {
     assert!(super::fused::EXECUTED.load(Ordering::Relaxed) >= executed + 2, "the custom operation did not run");
 }
 
+/// The queued GEMM with a bias (one custom operation, as where cuBLASLt adds the bias in
+/// its epilogue; on wgpu the inner backend's GEMM and add) equals Burn's linear layer; the controls: the operation ran, and the same
+/// product without the bias differs by more than the tolerance.
+#[test]
+fn the_queued_gemm_with_a_bias_equals_burns_linear_on_wgpu() {
+    use burn::backend::Wgpu;
+    type B = Wgpu;
+    let device = Default::default();
+    let executed = super::fused::EXECUTED.load(Ordering::Relaxed);
+    // The product of the test above, a transposed weight as there (the autotune seed holds
+    // its tunings); the reference is Flex's linear on the same values.
+    let x = random::<Flex, 3>([2, 7, 5], &Default::default());
+    let bias = random::<Flex, 1>([9], &Default::default());
+    let stored = random::<Flex, 2>([9, 5], &Default::default());
+    let wgpu_weight = Tensor::<B, 2>::from_data(stored.to_data(), &device).transpose();
+    let weight = stored.transpose();
+    let flex = |t: Tensor<Flex, 3>| t.into_primitive().tensor();
+    let reference = float_values(Flex::linear(
+        flex(x.clone()),
+        weight.into_primitive().tensor(),
+        Some(bias.clone().into_primitive().tensor()),
+    ));
+    let xp = Tensor::<B, 3>::from_data(x.to_data(), &device).into_primitive().tensor();
+    let bp = Tensor::<B, 1>::from_data(bias.to_data(), &device).into_primitive().tensor();
+    let wp = wgpu_weight.into_primitive().tensor();
+    QUEUE_GEMM.with(|queue| queue.set(true));
+    let queued = float_values_of::<B>(linear::<B>(xp.clone(), wp.clone(), Some(bp)));
+    QUEUE_GEMM.with(|queue| queue.set(false));
+    assert!(largest_difference(&queued, &reference) < 1e-4, "the queued GEMM with a bias differs");
+    let unbiased = float_values_of::<B>(linear::<B>(xp, wp, None));
+    assert!(largest_difference(&unbiased, &reference) > 1e-2, "control: the bias changed nothing");
+    assert!(super::fused::EXECUTED.load(Ordering::Relaxed) > executed, "the custom operation did not run");
+}
+
 /// The linear layers' GEMM forms (what `Lean` runs where the vendor's GEMM is) equal
 /// Burn's defaults on Flex, forward and both gradients, for token rows and for a batch of
 /// sequences; the control: a changed input changes the weight gradient beyond the tolerance.
@@ -341,7 +375,11 @@ fn the_linear_gemm_forms_equal_burns_linear_ops() {
 }
 
 fn float_values(tensor: burn_backend::tensor::FloatTensor<Flex>) -> Vec<f32> {
-    Tensor::<Flex, 1>::from_primitive(TensorPrimitive::Float(tensor)).into_data().to_vec().unwrap()
+    float_values_of::<Flex>(tensor)
+}
+
+fn float_values_of<B: burn::tensor::backend::Backend>(tensor: burn_backend::tensor::FloatTensor<B>) -> Vec<f32> {
+    Tensor::<B, 1>::from_primitive(TensorPrimitive::Float(tensor)).into_data().convert::<f32>().to_vec().unwrap()
 }
 
 /// Off the vendor's path, `gemm` is the backend's matmul to the bit (CI's backends).
