@@ -14,9 +14,9 @@
 //! what an off-by-one leading dimension would give, must fail the same check.
 
 use burn::tensor::backend::Backend;
-use burn::tensor::{Distribution, ElementConversion, FloatDType, Tensor};
+use burn::tensor::{Distribution, ElementConversion, FloatDType, Tensor, TensorPrimitive};
 use leanburn::backend::{
-    gemm_bias_epilogue, gemm_order, set_f32_gemm, set_gemm_bias_epilogue, set_gemm_order, set_vendor_gemm, vendor_gemm,
+    gemm_fused_adds, gemm_order, set_f32_gemm, set_gemm_fused_adds, set_gemm_order, set_vendor_gemm, vendor_gemm,
     F32Gemm, GemmOps, GemmOrder,
 };
 use leanburn::model::Gpt2Config;
@@ -64,8 +64,8 @@ pub fn run<B: TrainBackend>(args: &Args, config: &Gpt2Config, seq: usize, device
         if !worst.passed(precision.tolerance, precision.own_tolerance()) {
             failures.push(precision.name);
         }
-        if !check_biases::<B::InnerBackend>(args, precision, &mut rng, device) {
-            failures.push("a linear layer's bias");
+        if !check_fused_adds::<B::InnerBackend>(args, precision, &mut rng, device) {
+            failures.push("a bias or a sum added by the GEMM");
         }
     }
     set_f32_gemm(F32Gemm::Tf32);
@@ -204,43 +204,80 @@ fn check_case<B: Backend>(
     ]
 }
 
-/// The linear layers' product with a bias, `x · w + b` over matrix shapes, as `Lean` runs
-/// it with the bias in cuBLASLt's epilogue ([`set_gemm_bias_epilogue`]) and without it (the
-/// GEMM, then an add), against the host reference plus `b`; the bias is `k` times a
-/// standard normal, so that the control, the reference without the bias, fails. Prints a
-/// line; whether it passed.
-fn check_biases<B: Backend>(args: &Args, precision: &Precision, rng: &mut SmallRng, device: &B::Device) -> bool {
-    let was = gemm_bias_epilogue();
-    let (mut epilogue, mut add, mut control) = (0.0f64, 0.0f64, f64::INFINITY);
-    for _ in 0..args.gemm_cases {
-        let Shapes { m, k, n, lhs_transposed, rhs_transposed, lhs_sliced, .. } = Shapes::random(rng, true);
-        B::seed(device, rng.random_range(0..u64::MAX / 2));
-        let x = operand::<B>(&[], m, k, lhs_transposed, lhs_sliced, precision.dtype, device);
-        let weight = operand::<B>(&[], k, n, rhs_transposed, false, precision.dtype, device).reshape([k, n]);
-        let bias = Tensor::<B, 1>::random([n], Distribution::Normal(0.0, k as f64), device).cast(precision.dtype);
-        let unbiased = reference(&[], &[], m, k, n, &host(&x), &host(&weight));
-        let b = host(&bias);
-        let biased: Vec<(f64, f64)> =
-            unbiased.iter().enumerate().map(|(i, &(v, scale))| (v + b[i % n], scale + b[i % n].abs())).collect();
-        let run = |on: bool| {
-            set_gemm_bias_epilogue(on);
-            host(&burn::tensor::module::linear(x.clone(), weight.clone(), Some(bias.clone())))
-        };
-        let (with, without) = (run(true), run(false));
-        epilogue = epilogue.max(error(&with, &biased));
-        add = add.max(error(&without, &biased));
-        control = control.min(error(&with, &unbiased));
+/// What cuBLASLt adds to a product where [`set_gemm_fused_adds`] says so.
+#[derive(Clone, Copy, PartialEq)]
+enum Addend {
+    /// The linear layers' `x · w + b`: `b` `[n]` in the epilogue.
+    Bias,
+    /// `s + x · w`, `s` of the product's shape, as `C` with `β = 1` (the LM head loss's
+    /// weight gradient over its chunks).
+    Sum,
+}
+
+/// `x · w` plus a bias, then plus a sum, over matrix shapes, as `Lean` runs them with the
+/// add folded into cuBLASLt's call ([`set_gemm_fused_adds`]) and without (the GEMM, then an
+/// add), against the host reference plus the addend; the addend is `k` times a standard
+/// normal, so that the control, the reference without it, fails. Prints a line for each;
+/// whether both passed.
+fn check_fused_adds<B: Backend + GemmOps>(
+    args: &Args,
+    precision: &Precision,
+    rng: &mut SmallRng,
+    device: &B::Device,
+) -> bool {
+    let was = gemm_fused_adds();
+    let mut passed = true;
+    for addend in [Addend::Bias, Addend::Sum] {
+        let (mut fused, mut add, mut control) = (0.0f64, 0.0f64, f64::INFINITY);
+        for _ in 0..args.gemm_cases {
+            let Shapes { m, k, n, lhs_transposed, rhs_transposed, lhs_sliced, .. } = Shapes::random(rng, true);
+            B::seed(device, rng.random_range(0..u64::MAX / 2));
+            let x = operand::<B>(&[], m, k, lhs_transposed, lhs_sliced, precision.dtype, device);
+            let weight = operand::<B>(&[], k, n, rhs_transposed, false, precision.dtype, device);
+            let dims = if addend == Addend::Bias { [1, 1, 1, n] } else { [1, 1, m, n] };
+            let normal = Distribution::Normal(0.0, k as f64);
+            let extra = Tensor::<B, 4>::random(dims, normal, device).cast(precision.dtype);
+            let product = reference(&[], &[], m, k, n, &host(&x), &host(&weight));
+            let e = host(&extra);
+            let at = |i: usize| if addend == Addend::Bias { e[i % n] } else { e[i] };
+            let expected: Vec<(f64, f64)> =
+                product.iter().enumerate().map(|(i, &(v, scale))| (v + at(i), scale + at(i).abs())).collect();
+            let run = |on: bool| {
+                set_gemm_fused_adds(on);
+                host(&match addend {
+                    Addend::Bias => burn::tensor::module::linear(x.clone(), weight.clone().reshape([k, n]), {
+                        Some(extra.clone().reshape([n]))
+                    }),
+                    Addend::Sum => {
+                        let [sum, lhs, rhs] = [&extra, &x, &weight].map(|t| t.clone().into_primitive().tensor());
+                        Tensor::from_primitive(TensorPrimitive::Float(B::gemm_accumulate(sum, lhs, rhs)))
+                    }
+                })
+            };
+            let (with, without) = (run(true), run(false));
+            fused = fused.max(error(&with, &expected));
+            add = add.max(error(&without, &expected));
+            control = control.min(error(&with, &product));
+        }
+        let tolerance = precision.tolerance;
+        let ok = fused <= tolerance && add <= tolerance && control > tolerance;
+        let what = if addend == Addend::Bias { "a bias" } else { "a sum" };
+        eprintln!(
+            "gemm-check {} with {what}: {} cases; worst error {fused:.1e} asking cuBLASLt to add it, {add:.1e} as the \
+             GEMM then an add (tolerance {tolerance:.0e}); without it (the control) {control:.1e} at least ({})",
+            precision.name,
+            args.gemm_cases,
+            if ok {
+                "pass"
+            } else if control > tolerance {
+                "FAIL"
+            } else {
+                "control NOT CAUGHT"
+            }
+        );
+        passed &= ok;
     }
-    set_gemm_bias_epilogue(was);
-    let tolerance = precision.tolerance;
-    let passed = epilogue <= tolerance && add <= tolerance && control > tolerance;
-    eprintln!(
-        "gemm-check {} with a bias: {} cases; worst error {epilogue:.1e} asking for the bias in cuBLASLt's epilogue, \
-         {add:.1e} as the GEMM then an add (tolerance {tolerance:.0e}); without the bias (the control) {control:.1e} at least ({})",
-        precision.name,
-        args.gemm_cases,
-        if passed { "pass" } else if control > tolerance { "FAIL" } else { "control NOT CAUGHT" }
-    );
+    set_gemm_fused_adds(was);
     passed
 }
 
@@ -350,10 +387,10 @@ fn gpt2_step<B: TrainBackend>(
     set_gemm_order(GemmOrder::HostWaits);
     let host_waits = run(true, &host);
     set_gemm_order(order);
-    let was = gemm_bias_epilogue();
-    set_gemm_bias_epilogue(!was);
-    let other_bias = run(true, &host);
-    set_gemm_bias_epilogue(was);
+    let was = gemm_fused_adds();
+    set_gemm_fused_adds(!was);
+    let other_adds = run(true, &host);
+    set_gemm_fused_adds(was);
     set_vendor_gemm(true);
     let relative = |a: &[Vec<f64>], b: &[Vec<f64>]| {
         a.iter().zip(b).map(|(x, y)| norm_of_difference(x, y) / norm(y).max(f64::MIN_POSITIVE)).fold(0.0, f64::max)
@@ -364,27 +401,28 @@ fn gpt2_step<B: TrainBackend>(
     // The same products in another order with CubeCL's kernels: a GEMM that ran before its
     // operands were written, or was overwritten before it was read, shows here.
     let order_gap = relative(&with.1, &host_waits.1).max((with.0 - host_waits.0).abs() / host_waits.0.abs());
-    // The biases added in cuBLASLt's epilogue or after the GEMM (the heuristic may choose
-    // other algorithms for either): held to the tolerances of with and without the vendor.
-    let bias_gap = relative(&other_bias.1, &with.1);
-    let bias_loss = (other_bias.0 - with.0).abs() / with.0.abs();
+    // The biases and the loss's gradient sums added by cuBLASLt or after the GEMM (the
+    // heuristic may choose other algorithms for either): held to the tolerances of with
+    // and without the vendor.
+    let adds_gap = relative(&other_adds.1, &with.1);
+    let adds_loss = (other_adds.0 - with.0).abs() / with.0.abs();
     let passed = loss <= 1e-3
         && gradients <= 2e-2
         && control_gap > 2e-2
         && order_gap <= 1e-5
-        && bias_loss <= 1e-3
-        && bias_gap <= 2e-2;
+        && adds_loss <= 1e-3
+        && adds_gap <= 2e-2;
     eprintln!(
         "gemm-check GPT-2 step ({}, batch {} × {seq}): loss {:.6} with the vendor's GEMM, {:.6} without (relative {loss:.1e}); \
          worst gradient ‖with − without‖/‖without‖ {gradients:.1e} (tolerance 2e-2); another batch's {control_gap:.1e} \
          (the control); on CubeCL's stream against with host waits (loss and gradients) {order_gap:.1e} (tolerance 1e-5); \
-         the biases {} cuBLASLt's epilogue against {}: loss {bias_loss:.1e}, gradients {bias_gap:.1e} — {}",
+         the adds {} cuBLASLt's calls against {}: loss {adds_loss:.1e}, gradients {adds_gap:.1e} — {}",
         args.preset,
         args.batch,
         with.0,
         without.0,
-        if was { "outside" } else { "in" },
-        if was { "in it" } else { "after the GEMM" },
+        if was { "after" } else { "in" },
+        if was { "in them" } else { "after them" },
         if passed { "pass" } else { "FAIL" }
     );
     passed.then_some(()).ok_or("the GPT-2 step")

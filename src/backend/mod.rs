@@ -95,7 +95,7 @@ pub use embedding::EmbeddingOps;
 pub use gelu::{exact_gelu, gelu_derivative, GeluOps};
 pub(crate) use gemm::gemm;
 pub use gemm::{
-    f32_gemm, gemm_bias_epilogue, gemm_order, set_f32_gemm, set_gemm_bias_epilogue, set_gemm_order, set_vendor_gemm,
+    f32_gemm, gemm_fused_adds, gemm_order, set_f32_gemm, set_gemm_fused_adds, set_gemm_order, set_vendor_gemm,
     vendor_gemm, F32Gemm, GemmOps, GemmOrder, VendorGemm,
 };
 pub use layer_norm::{layer_norm, LayerNormOps};
@@ -228,6 +228,10 @@ impl<B: ChunkedConv> GemmOps for Lean<B> {
 
     fn gemm_bias(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>, bias: FloatTensor<Self>) -> FloatTensor<Self> {
         B::gemm_bias(lhs, rhs, bias)
+    }
+
+    fn gemm_accumulate(sum: FloatTensor<Self>, lhs: FloatTensor<Self>, rhs: FloatTensor<Self>) -> FloatTensor<Self> {
+        B::gemm_accumulate(sum, lhs, rhs)
     }
 }
 

@@ -38,7 +38,7 @@ where
 
     fn gemm_bias(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>, bias: FloatTensor<Self>) -> FloatTensor<Self> {
         #[cfg(feature = "cuda")]
-        let (lhs, rhs, bias) = match super::cublaslt::serves::<R>() && super::gemm_bias_epilogue() {
+        let (lhs, rhs, bias) = match super::cublaslt::serves::<R>() && super::gemm_fused_adds() {
             true => match super::cublaslt::gemm_bias::<R>(lhs, rhs, bias) {
                 Ok(product) => return product,
                 Err(operands) => *operands,
@@ -47,5 +47,17 @@ where
         };
         let rank = lhs.meta.shape().num_dims();
         <Self as FloatTensorOps<Self>>::float_add(Self::gemm(lhs, rhs), leading_ones::<Self>(bias, rank))
+    }
+
+    fn gemm_accumulate(sum: FloatTensor<Self>, lhs: FloatTensor<Self>, rhs: FloatTensor<Self>) -> FloatTensor<Self> {
+        #[cfg(feature = "cuda")]
+        let (sum, lhs, rhs) = match super::cublaslt::serves::<R>() && super::gemm_fused_adds() {
+            true => match super::cublaslt::gemm_accumulate::<R>(sum, lhs, rhs) {
+                Ok(product) => return product,
+                Err(operands) => *operands,
+            },
+            false => (sum, lhs, rhs),
+        };
+        <Self as FloatTensorOps<Self>>::float_add(sum, Self::gemm(lhs, rhs))
     }
 }

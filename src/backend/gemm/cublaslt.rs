@@ -105,12 +105,64 @@ pub(super) fn gemm_bias<R: CubeRuntime>(
         return Err(Box::new((lhs, rhs, bias)));
     }
     let cast = runtime_cast::<R, CudaRuntime>;
-    match cuda_gemm(cast(lhs), cast(rhs), Some(cast(bias))) {
+    match cuda_gemm(cast(lhs), cast(rhs), Some(Extra::Bias(cast(bias)))) {
         Ok(product) => Ok(runtime_cast::<CudaRuntime, R>(product)),
         Err(operands) => {
-            let (lhs, rhs, bias) = *operands;
+            let (lhs, rhs, extra) = *operands;
             let back = runtime_cast::<CudaRuntime, R>;
-            Err(Box::new((back(lhs), back(rhs), back(bias.expect("a bias was given")))))
+            Err(Box::new((back(lhs), back(rhs), back(extra.expect("a bias was given").tensor()))))
+        }
+    }
+}
+
+/// `sum + lhs · rhs` (`sum` contiguous, of the product's shape) in one cuBLASLt call,
+/// `sum` read as its `C` with `β = 1`, or the operands back (`sum` first) where that call
+/// does not take them: as [`gemm`], and also a `sum` of another type, shape or layout.
+pub(super) fn gemm_accumulate<R: CubeRuntime>(
+    sum: CubeTensor<R>,
+    lhs: CubeTensor<R>,
+    rhs: CubeTensor<R>,
+) -> Result<CubeTensor<R>, RefusedBias<R>> {
+    let shape = output_shape(lhs.meta.shape().as_slice(), rhs.meta.shape().as_slice());
+    let takes = serves::<R>()
+        && lhs.dtype == rhs.dtype
+        && sum.dtype == lhs.dtype
+        && DataKind::of(lhs.dtype).is_some()
+        && shape.as_deref() == Some(sum.meta.shape().as_slice())
+        && sum.is_contiguous();
+    if !takes {
+        return Err(Box::new((sum, lhs, rhs)));
+    }
+    let cast = runtime_cast::<R, CudaRuntime>;
+    match cuda_gemm(cast(lhs), cast(rhs), Some(Extra::Sum(cast(sum)))) {
+        Ok(product) => Ok(runtime_cast::<CudaRuntime, R>(product)),
+        Err(operands) => {
+            let (lhs, rhs, extra) = *operands;
+            let back = runtime_cast::<CudaRuntime, R>;
+            Err(Box::new((back(extra.expect("a sum was given").tensor()), back(lhs), back(rhs))))
+        }
+    }
+}
+
+/// What a cuBLASLt call adds to its product.
+enum Extra {
+    /// `[n]`, every row, in the epilogue.
+    Bias(CubeTensor<CudaRuntime>),
+    /// Of the product's shape, as `C` with `β = 1`.
+    Sum(CubeTensor<CudaRuntime>),
+}
+
+impl Extra {
+    fn tensor(self) -> CubeTensor<CudaRuntime> {
+        match self {
+            Self::Bias(tensor) | Self::Sum(tensor) => tensor,
+        }
+    }
+
+    fn kind(&self) -> AddendKind {
+        match self {
+            Self::Bias(_) => AddendKind::Bias,
+            Self::Sum(_) => AddendKind::Sum,
         }
     }
 }
@@ -118,11 +170,11 @@ pub(super) fn gemm_bias<R: CubeRuntime>(
 /// The operands of a product cuBLASLt does not take, handed back.
 pub(super) type Refused<R> = Box<(CubeTensor<R>, CubeTensor<R>)>;
 
-/// The same for a product with a bias.
+/// The same for a product with a bias or a sum (in the order the caller gave them).
 pub(super) type RefusedBias<R> = Box<(CubeTensor<R>, CubeTensor<R>, CubeTensor<R>)>;
 
-/// The operands handed back by [`cuda_gemm`], the bias with them where there was one.
-type RefusedOperands = Box<(CubeTensor<CudaRuntime>, CubeTensor<CudaRuntime>, Option<CubeTensor<CudaRuntime>>)>;
+/// The operands handed back by [`cuda_gemm`], what it was to add with them.
+type RefusedOperands = Box<(CubeTensor<CudaRuntime>, CubeTensor<CudaRuntime>, Option<Extra>)>;
 
 /// `tensor` as a tensor of runtime `To`, which is its runtime (checked by the caller).
 fn runtime_cast<From: CubeRuntime, To: CubeRuntime>(tensor: CubeTensor<From>) -> CubeTensor<To> {
@@ -133,7 +185,7 @@ fn runtime_cast<From: CubeRuntime, To: CubeRuntime>(tensor: CubeTensor<From>) ->
 fn cuda_gemm(
     mut lhs: CubeTensor<CudaRuntime>,
     mut rhs: CubeTensor<CudaRuntime>,
-    bias: Option<CubeTensor<CudaRuntime>>,
+    extra: Option<Extra>,
 ) -> Result<CubeTensor<CudaRuntime>, RefusedOperands> {
     let layout = loop {
         let lhs_view = View::new(lhs.meta.shape(), lhs.meta.strides());
@@ -146,7 +198,7 @@ fn cuda_gemm(
             Err(LayoutRefusal::RhsStrides | LayoutRefusal::RhsBatch) if !rhs.is_contiguous() => {
                 rhs = into_contiguous(rhs)
             }
-            Err(_) => return Err(Box::new((lhs, rhs, bias))),
+            Err(_) => return Err(Box::new((lhs, rhs, extra))),
         }
     };
     let shape = output_shape(lhs.meta.shape().as_slice(), rhs.meta.shape().as_slice())
@@ -161,13 +213,18 @@ fn cuda_gemm(
     let (a, _a) = pointer(&rhs);
     let (b, _b) = pointer(&lhs);
     let (d, _d) = pointer(&output);
-    let bias_resource = bias.as_ref().map(pointer);
-    let bias_ptr = bias_resource.as_ref().map_or(0, |(ptr, _)| *ptr);
-    if bias.is_some() && (layout.batch > 1 || alignment(bias_ptr) < BIAS_ALIGNMENT) {
-        return Err(Box::new((lhs, rhs, bias)));
+    let addend = extra.as_ref().map_or(AddendKind::None, Extra::kind);
+    let extra_resource = extra.as_ref().map(|extra| match extra {
+        Extra::Bias(tensor) | Extra::Sum(tensor) => pointer(tensor),
+    });
+    let e = extra_resource.as_ref().map_or(0, |(ptr, _)| *ptr);
+    if addend == AddendKind::Bias && (layout.batch > 1 || alignment(e) < BIAS_ALIGNMENT) {
+        return Err(Box::new((lhs, rhs, extra)));
     }
     let kind = DataKind::of(dtype).expect("checked by the caller");
-    let key = PlanKey { layout, kind, f32: f32_gemm(), align: [a, b, d].map(alignment), bias: bias.is_some() };
+    // C is D, or the sum: the heuristic is told the lesser alignment of the two.
+    let c_and_d = if addend == AddendKind::Sum { alignment(d).min(alignment(e)) } else { alignment(d) };
+    let key = PlanKey { layout, kind, f32: f32_gemm(), align: [alignment(a), alignment(b), c_and_d], addend };
     // The patched cubecl-cuda's `GpuResource::stream`: the stream CubeCL's kernels of this
     // thread run on (null where unknown).
     #[cfg(feature = "cuda-stream")]
@@ -184,15 +241,15 @@ fn cuda_gemm(
     // Enqueued after the operands' producers, before the output's users; the buffers (the
     // workspace too) go back to CubeCL's pool for work on the same stream only.
     let stream = if on_cubecl_stream { cubecl_stream } else { context.stream };
-    if key.bias && !context.can_plan(&key) {
-        // No algorithm adds this bias in its epilogue: the GEMM and an add (its plan made
-        // here, so a bias plan is never tuned).
-        return Err(Box::new((lhs, rhs, bias)));
+    if addend != AddendKind::None && !context.can_plan(&key) {
+        // No algorithm for this bias or sum: the GEMM and an add (its plan made here, so a
+        // plan that adds is never tuned).
+        return Err(Box::new((lhs, rhs, extra)));
     }
     if gemm_tuning() && !context.plans.contains_key(&key) {
         let scratch = client.empty(MAX_WORKSPACE_BYTES);
         let scratch = client.get_resource(scratch).expect("cuBLASLt: CubeCL gives the workspace's address");
-        context.tune(&key, [a, b, d, bias_ptr], scratch.resource().ptr, stream);
+        context.tune(&key, [a, b, d, e], scratch.resource().ptr, stream);
     }
     let plan = context.plan(&key);
     let workspace = (plan.workspace > 0).then(|| client.empty(plan.workspace));
@@ -200,7 +257,7 @@ fn cuda_gemm(
         let resource = client.get_resource(handle.clone()).expect("cuBLASLt: CubeCL gives the workspace's address");
         (resource.resource().ptr, Some(resource))
     });
-    context.run(&plan, [a, b, d, bias_ptr], workspace_ptr.0, stream);
+    context.run(&plan, [a, b, d, e], workspace_ptr.0, stream);
     if !on_cubecl_stream {
         // SAFETY: the context's own stream, live for the life of the process.
         unsafe { driver::stream::synchronize(context.stream) }
@@ -260,18 +317,27 @@ struct PlanKey {
     layout: GemmLayout,
     kind: DataKind,
     f32: F32Gemm,
-    /// Alignment of A, B and D (C is D).
+    /// Alignment of A, B, and C and D (the lesser of the two where C is not D).
     align: [u32; 3],
-    /// Whether the epilogue adds a bias vector (`CUBLASLT_EPILOGUE_BIAS`), given per call.
-    bias: bool,
+    /// What the call adds: a bias vector in the epilogue (`CUBLASLT_EPILOGUE_BIAS`) or a
+    /// sum as `C` (`β = 1`), its address given per call.
+    addend: AddendKind,
+}
+
+/// What a plan's calls add to the product.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum AddendKind {
+    None,
+    Bias,
+    Sum,
 }
 
 /// The descriptors and the heuristic's algorithm for one [`PlanKey`].
 struct Plan {
     desc: sys::cublasLtMatmulDesc_t,
-    /// Whether `desc`'s epilogue adds a bias, whose address each call sets.
-    bias: bool,
-    /// A, B and D (C is D, with β = 0).
+    /// What the calls add (a bias's address is set on `desc` per call).
+    addend: AddendKind,
+    /// A, B and D (C has D's layout: D itself with β = 0, or the sum).
     layouts: [sys::cublasLtMatrixLayout_t; 3],
     algo: sys::cublasLtMatmulAlgo_t,
     workspace: usize,
@@ -356,7 +422,7 @@ impl DeviceContext {
     }
 
     /// Makes `key`'s plan with the fastest of the heuristic's candidates, each timed on
-    /// `stream` at the live addresses `[a, b, d, bias]` (`d` is overwritten) with `scratch`
+    /// `stream` at the live addresses `[a, b, d, addend]` (`d` is overwritten) with `scratch`
     /// ([`MAX_WORKSPACE_BYTES`]) as its workspace.
     fn tune(&mut self, key: &PlanKey, addresses: [u64; 4], scratch: u64, stream: driver_sys::CUstream) {
         // SAFETY: as in `plan`.
@@ -374,10 +440,14 @@ impl DeviceContext {
         self.plans.insert(key.clone(), Arc::new(plan));
     }
 
-    /// Enqueues `D = op(A)·op(B)` (plus the bias at `bias`, where the plan's epilogue adds
-    /// one; 0 otherwise) at the device addresses `[a, b, d, bias]` on `stream`.
-    fn run(&self, plan: &Plan, [a, b, d, bias]: [u64; 4], workspace: u64, stream: driver_sys::CUstream) {
-        let (alpha, beta) = (1.0f32, 0.0f32);
+    /// Enqueues `D = op(A)·op(B)`, plus the bias or the sum at `addend` where the plan adds
+    /// one (0 otherwise), at the device addresses `[a, b, d, addend]` on `stream`.
+    fn run(&self, plan: &Plan, [a, b, d, addend]: [u64; 4], workspace: u64, stream: driver_sys::CUstream) {
+        // C is D with β = 0, or the sum with β = 1.
+        let (alpha, beta, c) = match plan.addend {
+            AddendKind::Sum => (1.0f32, 1.0f32, addend),
+            _ => (1.0f32, 0.0f32, d),
+        };
         let [a_layout, b_layout, d_layout] = plan.layouts;
         // SAFETY: the addresses are live CubeCL buffers of the layouts' extents (held by the
         // caller until this returns), the workspace holds `plan.workspace` bytes, and the
@@ -385,10 +455,10 @@ impl DeviceContext {
         // or a host wait).
         unsafe {
             driver::ctx::set_current(self.context).expect("cuCtxSetCurrent before a cuBLASLt GEMM");
-            if plan.bias {
+            if plan.addend == AddendKind::Bias {
                 // The descriptor is this plan's, used under the context's mutex only.
                 let attribute = sys::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_BIAS_POINTER;
-                set(|buf, size| lt::set_matmul_desc_attribute(plan.desc, attribute, buf, size), &bias)
+                set(|buf, size| lt::set_matmul_desc_attribute(plan.desc, attribute, buf, size), &addend)
                     .unwrap_or_else(|err| panic!("cuBLASLt: setting the bias pointer failed: {err:?}"));
             }
             lt::matmul(
@@ -400,7 +470,7 @@ impl DeviceContext {
                 a_layout,
                 b as *const c_void,
                 b_layout,
-                d as *const c_void,
+                c as *const c_void,
                 d_layout,
                 d as *mut c_void,
                 d_layout,
@@ -434,7 +504,7 @@ unsafe fn make_plan(
         let op: i32 = operand.transpose.into();
         set(|buf, size| lt::set_matmul_desc_attribute(desc, attribute, buf, size), &op)?;
     }
-    if key.bias {
+    if key.addend == AddendKind::Bias {
         // The bias has D's type (the default) and D's rows: Burn's columns.
         let epilogue = sys::cublasLtEpilogue_t::CUBLASLT_EPILOGUE_BIAS;
         set(
@@ -483,7 +553,7 @@ unsafe fn make_plan(
     let Some(first) = results.first() else {
         return Err(lt::CublasError(sys::cublasStatus_t::CUBLAS_STATUS_NOT_SUPPORTED));
     };
-    let plan = Plan { desc, bias: key.bias, layouts: [a, b, d], algo: first.algo, workspace: first.workspaceSize };
+    let plan = Plan { desc, addend: key.addend, layouts: [a, b, d], algo: first.algo, workspace: first.workspaceSize };
     Ok((plan, results))
 }
 

@@ -13,13 +13,25 @@ use burn_fusion::{Fusion, FusionBackend, FusionRuntime};
 use burn_ir::{CustomOpIr, HandleContainer};
 
 use super::layout::output_shape;
-use super::{gemm_bias_epilogue, leading_ones, GemmOps};
+use super::{gemm_fused_adds, leading_ones, GemmOps};
 use crate::backend::custom_op::queue_custom;
 
 #[derive(Debug)]
 struct QueuedGemm<B> {
     desc: CustomOpIr,
+    /// What a third input is: `lhs · rhs + input`'s bias or sum.
+    addend: Addend,
     _backend: PhantomData<B>,
+}
+
+/// The third input of a queued GEMM, if any.
+#[derive(Clone, Copy, Debug)]
+enum Addend {
+    None,
+    /// `[n]`, added to every row ([`GemmOps::gemm_bias`]).
+    Bias,
+    /// Of the product's shape ([`GemmOps::gemm_accumulate`]).
+    Sum,
 }
 
 impl<B: FusionBackend + GemmOps> Operation<B::FusionRuntime> for QueuedGemm<B> {
@@ -27,9 +39,10 @@ impl<B: FusionBackend + GemmOps> Operation<B::FusionRuntime> for QueuedGemm<B> {
         #[cfg(test)]
         EXECUTED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let [lhs, rhs] = [0, 1].map(|i| handles.get_float_tensor::<B>(&self.desc.inputs[i]));
-        let product = match self.desc.inputs.get(2) {
-            Some(bias) => B::gemm_bias(lhs, rhs, handles.get_float_tensor::<B>(bias)),
-            None => B::gemm(lhs, rhs),
+        let product = match self.addend {
+            Addend::None => B::gemm(lhs, rhs),
+            Addend::Bias => B::gemm_bias(lhs, rhs, handles.get_float_tensor::<B>(&self.desc.inputs[2])),
+            Addend::Sum => B::gemm_accumulate(handles.get_float_tensor::<B>(&self.desc.inputs[2]), lhs, rhs),
         };
         handles.register_float_tensor::<B>(&self.desc.outputs[0].id, product);
     }
@@ -46,12 +59,7 @@ impl<B: FusionBackend + GemmOps> GemmOps for Fusion<B> {
         match shape {
             Some(shape) if queued && lhs.dtype == rhs.dtype => {
                 let output = (Shape::from(shape), lhs.dtype);
-                let [product] =
-                    queue_custom::<B, _, 1>("leanburn_gemm", vec![lhs, rhs], [output], |desc| QueuedGemm::<B> {
-                        desc,
-                        _backend: PhantomData,
-                    });
-                product
+                queue_gemm_op::<B>("leanburn_gemm", vec![lhs, rhs], output, Addend::None)
             }
             // Fusion's matmul, which also says what is wrong with shapes that do not multiply.
             _ => <Self as FloatTensorOps<Self>>::float_matmul(lhs, rhs),
@@ -61,19 +69,13 @@ impl<B: FusionBackend + GemmOps> GemmOps for Fusion<B> {
     /// One custom operation where cuBLASLt adds the bias in its epilogue; elsewhere the
     /// GEMM and Fusion's add, which Fusion may fuse with the element-wise ops after it.
     fn gemm_bias(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>, bias: FloatTensor<Self>) -> FloatTensor<Self> {
-        let epilogue = queue_gemm() || (B::vendor_gemm(lhs.client.device()) && gemm_bias_epilogue());
+        let epilogue = queue_gemm() || (B::vendor_gemm(lhs.client.device()) && gemm_fused_adds());
         let shape = output_shape(lhs.shape.as_slice(), rhs.shape.as_slice());
         let same_type = lhs.dtype == rhs.dtype && bias.dtype == lhs.dtype;
         match shape {
             Some(shape) if epilogue && same_type && bias.shape.as_slice() == [shape[shape.len() - 1]] => {
                 let output = (Shape::from(shape), lhs.dtype);
-                let inputs = vec![lhs, rhs, bias];
-                let [product] =
-                    queue_custom::<B, _, 1>("leanburn_gemm_bias", inputs, [output], |desc| QueuedGemm::<B> {
-                        desc,
-                        _backend: PhantomData,
-                    });
-                product
+                queue_gemm_op::<B>("leanburn_gemm_bias", vec![lhs, rhs, bias], output, Addend::Bias)
             }
             _ => {
                 let rank = lhs.shape.num_dims();
@@ -82,6 +84,33 @@ impl<B: FusionBackend + GemmOps> GemmOps for Fusion<B> {
             }
         }
     }
+
+    /// One custom operation where cuBLASLt adds `sum` as its `C`; elsewhere the GEMM and
+    /// Fusion's add.
+    fn gemm_accumulate(sum: FloatTensor<Self>, lhs: FloatTensor<Self>, rhs: FloatTensor<Self>) -> FloatTensor<Self> {
+        let fused = queue_gemm() || (B::vendor_gemm(lhs.client.device()) && gemm_fused_adds());
+        let shape = output_shape(lhs.shape.as_slice(), rhs.shape.as_slice());
+        let same_type = lhs.dtype == rhs.dtype && sum.dtype == lhs.dtype;
+        match shape {
+            Some(shape) if fused && same_type && sum.shape.as_slice() == shape.as_slice() => {
+                let output = (Shape::from(shape), lhs.dtype);
+                queue_gemm_op::<B>("leanburn_gemm_accumulate", vec![lhs, rhs, sum], output, Addend::Sum)
+            }
+            _ => <Self as FloatTensorOps<Self>>::float_add(sum, Self::gemm(lhs, rhs)),
+        }
+    }
+}
+
+/// One queued GEMM of `inputs` (`lhs`, `rhs`, and the addend's tensor, if any) into `output`.
+fn queue_gemm_op<B: FusionBackend + GemmOps>(
+    name: &'static str,
+    inputs: Vec<FloatTensor<Fusion<B>>>,
+    output: (Shape, burn_backend::DType),
+    addend: Addend,
+) -> FloatTensor<Fusion<B>> {
+    let [product] =
+        queue_custom::<B, _, 1>(name, inputs, [output], |desc| QueuedGemm::<B> { desc, addend, _backend: PhantomData });
+    product
 }
 
 /// Queued GEMMs executed, for the tests' control.

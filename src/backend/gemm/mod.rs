@@ -54,11 +54,18 @@ pub trait GemmOps: Backend {
     }
 
     /// `lhs · rhs + bias`, `bias` `[n]` added to every row of the product: [`Self::gemm`]
-    /// then Burn's add, or, where [`gemm_bias_epilogue`] and cuBLASLt take the operands,
+    /// then Burn's add, or, where [`gemm_fused_adds`] and cuBLASLt take the operands,
     /// one cuBLASLt call that adds the bias in its epilogue.
     fn gemm_bias(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>, bias: FloatTensor<Self>) -> FloatTensor<Self> {
         let rank = lhs.shape().num_dims();
         Self::float_add(Self::gemm(lhs, rhs), leading_ones::<Self>(bias, rank))
+    }
+
+    /// `sum + lhs · rhs` (`sum` of the product's shape): [`Self::gemm`] then Burn's add, or,
+    /// where [`gemm_fused_adds`] and cuBLASLt take the operands, one cuBLASLt call reading
+    /// `sum` as its `C` with `β = 1`.
+    fn gemm_accumulate(sum: FloatTensor<Self>, lhs: FloatTensor<Self>, rhs: FloatTensor<Self>) -> FloatTensor<Self> {
+        Self::float_add(sum, Self::gemm(lhs, rhs))
     }
 }
 
@@ -74,6 +81,16 @@ impl<B: GemmOps, C: CheckpointStrategy> GemmOps for Autodiff<B, C> {}
 pub(crate) fn gemm<B: GemmOps, const D: usize>(lhs: Tensor<B, D>, rhs: Tensor<B, D>) -> Tensor<B, D> {
     let product = B::gemm(lhs.into_primitive().tensor(), rhs.into_primitive().tensor());
     Tensor::from_primitive(TensorPrimitive::Float(product))
+}
+
+/// [`GemmOps::gemm_accumulate`] on `Tensor`s: `sum + lhs · rhs`.
+pub(crate) fn gemm_accumulate<B: GemmOps, const D: usize>(
+    sum: Tensor<B, D>,
+    lhs: Tensor<B, D>,
+    rhs: Tensor<B, D>,
+) -> Tensor<B, D> {
+    let [sum, lhs, rhs] = [sum, lhs, rhs].map(|tensor| tensor.into_primitive().tensor());
+    Tensor::from_primitive(TensorPrimitive::Float(B::gemm_accumulate(sum, lhs, rhs)))
 }
 
 /// Burn's `linear` (`x · weight + bias`, `weight` `[d_in, d_out]`) with its product on
@@ -142,20 +159,22 @@ static VENDOR: Switch = Switch::unset();
 static STRICT: Switch = Switch::unset();
 static HOST_ORDER: Switch = Switch::unset();
 static TUNE: Switch = Switch::unset();
-static BIAS_EPILOGUE: Switch = Switch::unset();
+static FUSED_ADDS: Switch = Switch::unset();
 
-/// Adds the linear layers' biases in cuBLASLt's epilogue (`CUBLASLT_EPILOGUE_BIAS`) instead
-/// of a kernel after the GEMM, process-wide. Off by default (`LEANBURN_GEMM_BIAS=epilogue`
+/// Folds the adds after two kinds of GEMM into cuBLASLt's call, process-wide: the linear
+/// layers' biases ([`GemmOps::gemm_bias`], `CUBLASLT_EPILOGUE_BIAS`) and the LM head loss's
+/// weight gradient summed over its chunks ([`GemmOps::gemm_accumulate`], `β = 1`), each
+/// where a kernel after the GEMM added them. Off by default (`LEANBURN_GEMM_ADDS=fused`
 /// turns it on) until it has been timed on a GPU; it changes nothing where the GEMMs are
 /// not cuBLASLt's.
-pub fn set_gemm_bias_epilogue(enabled: bool) {
-    BIAS_EPILOGUE.set(enabled);
+pub fn set_gemm_fused_adds(enabled: bool) {
+    FUSED_ADDS.set(enabled);
 }
 
-/// Whether [`GemmOps::gemm_bias`] asks cuBLASLt to add the bias (see
-/// [`set_gemm_bias_epilogue`]).
-pub fn gemm_bias_epilogue() -> bool {
-    BIAS_EPILOGUE.get(|| env_is("LEANBURN_GEMM_BIAS", "epilogue"))
+/// Whether cuBLASLt adds the biases and the loss's gradient sums (see
+/// [`set_gemm_fused_adds`]).
+pub fn gemm_fused_adds() -> bool {
+    FUSED_ADDS.get(|| env_is("LEANBURN_GEMM_ADDS", "fused"))
 }
 
 /// Whether a new cuBLASLt plan times the heuristic's candidates and keeps the fastest
@@ -233,8 +252,9 @@ pub enum VendorGemm {
         version: usize,
         f32: F32Gemm,
         order: GemmOrder,
-        /// Whether the linear layers' biases are added in its epilogue ([`set_gemm_bias_epilogue`]).
-        bias_epilogue: bool,
+        /// Whether it adds the linear layers' biases and the loss's gradient sums
+        /// ([`set_gemm_fused_adds`]).
+        fused_adds: bool,
     },
     /// CubeCL's matmul, for this reason.
     CubeCl(String),
@@ -243,13 +263,13 @@ pub enum VendorGemm {
 impl fmt::Display for VendorGemm {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Self::CublasLt { version, f32, order, bias_epilogue } => write!(
+            Self::CublasLt { version, f32, order, fused_adds } => write!(
                 f,
                 "Lean's GEMMs on cuBLASLt {}.{}.{} (f32 as {f32}, {order}{})",
                 version / 10_000,
                 version / 100 % 100,
                 version % 100,
-                if *bias_epilogue { ", biases in its epilogue" } else { "" }
+                if *fused_adds { ", adding the biases and the loss's gradient sums" } else { "" }
             ),
             Self::CubeCl(why) => write!(f, "Lean's GEMMs on CubeCL's matmul ({why})"),
         }
@@ -268,7 +288,7 @@ pub fn vendor_gemm() -> VendorGemm {
                 version: *version,
                 f32: f32_gemm(),
                 order: gemm_order(),
-                bias_epilogue: gemm_bias_epilogue(),
+                fused_adds: gemm_fused_adds(),
             },
             Err(why) => VendorGemm::CubeCl(why.clone()),
         }

@@ -343,6 +343,31 @@ fn the_queued_gemm_with_a_bias_equals_burns_linear_on_wgpu() {
     assert!(super::fused::EXECUTED.load(Ordering::Relaxed) > executed, "the custom operation did not run");
 }
 
+/// The queued GEMM with a sum (`sum + lhs · rhs`, one custom operation as where cuBLASLt
+/// reads the sum as its `C`; on wgpu the inner backend's GEMM and add) equals Flex's on the
+/// same values, on the products of the tests above; the controls: the operation ran, and
+/// the product alone differs by more than the tolerance.
+#[test]
+fn the_queued_gemm_with_a_sum_equals_the_product_plus_the_sum_on_wgpu() {
+    use burn::backend::Wgpu;
+    type B = Wgpu;
+    let device = Default::default();
+    let executed = super::fused::EXECUTED.load(Ordering::Relaxed);
+    let lhs = random::<Flex, 3>([2, 7, 5], &Default::default());
+    let stored = random::<Flex, 3>([1, 9, 5], &Default::default());
+    let sum = random::<Flex, 3>([2, 7, 9], &Default::default());
+    let reference = values(sum.clone() + lhs.clone().matmul(stored.clone().swap_dims(1, 2)));
+    let on_wgpu = |t: &Tensor<Flex, 3>| Tensor::<B, 3>::from_data(t.to_data(), &device);
+    let (lhs, rhs, sum) = (on_wgpu(&lhs), on_wgpu(&stored).swap_dims(1, 2), on_wgpu(&sum));
+    QUEUE_GEMM.with(|queue| queue.set(true));
+    let queued = values(super::gemm_accumulate(sum, lhs.clone(), rhs.clone()));
+    QUEUE_GEMM.with(|queue| queue.set(false));
+    assert!(largest_difference(&queued, &reference) < 1e-4, "the queued GEMM with a sum differs");
+    let product = values(super::gemm(lhs, rhs));
+    assert!(largest_difference(&product, &reference) > 1e-2, "control: the sum changed nothing");
+    assert!(super::fused::EXECUTED.load(Ordering::Relaxed) > executed, "the custom operation did not run");
+}
+
 /// The linear layers' GEMM forms (what `Lean` runs where the vendor's GEMM is) equal
 /// Burn's defaults on Flex, forward and both gradients, for token rows and for a batch of
 /// sequences; the control: a changed input changes the weight gradient beyond the tolerance.

@@ -30,7 +30,7 @@ use burn::tensor::{DType, FloatDType, IndexingUpdateOp, TensorPrimitive};
 use burn_backend::tensor::{FloatTensor, IntTensor};
 
 use super::conv::ChunkedConv;
-use super::gemm::{gemm, GemmOps};
+use super::gemm::{gemm, gemm_accumulate, GemmOps};
 use super::Lean;
 
 /// A backend with the LM head's loss and gradients as one op; see the [module docs](self).
@@ -143,7 +143,7 @@ pub(crate) fn composed<B: LmHeadLossOps>(
     let scale = 1.0 / tokens as f64;
 
     let mut loss = Tensor::<B, 1>::zeros([1], &h.device());
-    let mut grad_weight = w.zeros_like();
+    let mut grad_weight: Option<Tensor<B, 2>> = None;
     let mut grad_hidden = Vec::new();
     for (start, len) in chunks(tokens, chunk) {
         let h_chunk = h.clone().narrow(0, start, len);
@@ -152,8 +152,13 @@ pub(crate) fn composed<B: LmHeadLossOps>(
         loss = loss + row_losses.sum();
         let grad_logits = grad_logits.expect("the gradient was asked for");
         grad_hidden.push(gemm(grad_logits.clone(), w.clone()));
-        grad_weight = grad_weight + gemm(grad_logits.transpose(), h_chunk);
+        // Summed over the chunks by the GEMM itself where it can (cuBLASLt's `β = 1`).
+        grad_weight = Some(match grad_weight {
+            None => gemm(grad_logits.transpose(), h_chunk),
+            Some(sum) => gemm_accumulate(sum, grad_logits.transpose(), h_chunk),
+        });
     }
+    let grad_weight = grad_weight.unwrap_or_else(|| w.zeros_like());
     let loss = loss.mul_scalar(scale);
     let gradients = [Tensor::cat(grad_hidden, 0), grad_weight].map(|tensor| tensor.into_primitive().tensor());
     let [grad_hidden, grad_weight] = gradients;
