@@ -92,7 +92,7 @@ pub(super) fn gemm_bias<R: CubeRuntime>(
     lhs: CubeTensor<R>,
     rhs: CubeTensor<R>,
     bias: CubeTensor<R>,
-) -> Result<CubeTensor<R>, RefusedBias<R>> {
+) -> Result<CubeTensor<R>, RefusedWithAddend<R>> {
     let columns = rhs.meta.shape().as_slice().last().copied();
     let takes = serves::<R>()
         && lhs.dtype == rhs.dtype
@@ -104,15 +104,7 @@ pub(super) fn gemm_bias<R: CubeRuntime>(
     if !takes {
         return Err(Box::new((lhs, rhs, bias)));
     }
-    let cast = runtime_cast::<R, CudaRuntime>;
-    match cuda_gemm(cast(lhs), cast(rhs), Some(Extra::Bias(cast(bias)))) {
-        Ok(product) => Ok(runtime_cast::<CudaRuntime, R>(product)),
-        Err(operands) => {
-            let (lhs, rhs, extra) = *operands;
-            let back = runtime_cast::<CudaRuntime, R>;
-            Err(Box::new((back(lhs), back(rhs), back(extra.expect("a bias was given").tensor()))))
-        }
-    }
+    gemm_adding(lhs, rhs, bias, Extra::Bias)
 }
 
 /// `sum + lhs · rhs` (`sum` contiguous, of the product's shape) in one cuBLASLt call,
@@ -122,7 +114,7 @@ pub(super) fn gemm_accumulate<R: CubeRuntime>(
     sum: CubeTensor<R>,
     lhs: CubeTensor<R>,
     rhs: CubeTensor<R>,
-) -> Result<CubeTensor<R>, RefusedBias<R>> {
+) -> Result<CubeTensor<R>, RefusedWithAddend<R>> {
     let shape = output_shape(lhs.meta.shape().as_slice(), rhs.meta.shape().as_slice());
     let takes = serves::<R>()
         && lhs.dtype == rhs.dtype
@@ -133,13 +125,26 @@ pub(super) fn gemm_accumulate<R: CubeRuntime>(
     if !takes {
         return Err(Box::new((sum, lhs, rhs)));
     }
+    gemm_adding(lhs, rhs, sum, Extra::Sum).map_err(|operands| {
+        let (lhs, rhs, sum) = *operands;
+        Box::new((sum, lhs, rhs))
+    })
+}
+
+/// `lhs · rhs` plus `addend` (as `extra` says) on cuBLASLt, or `(lhs, rhs, addend)` back.
+fn gemm_adding<R: CubeRuntime>(
+    lhs: CubeTensor<R>,
+    rhs: CubeTensor<R>,
+    addend: CubeTensor<R>,
+    extra: fn(CubeTensor<CudaRuntime>) -> Extra,
+) -> Result<CubeTensor<R>, RefusedWithAddend<R>> {
     let cast = runtime_cast::<R, CudaRuntime>;
-    match cuda_gemm(cast(lhs), cast(rhs), Some(Extra::Sum(cast(sum)))) {
+    match cuda_gemm(cast(lhs), cast(rhs), Some(extra(cast(addend)))) {
         Ok(product) => Ok(runtime_cast::<CudaRuntime, R>(product)),
         Err(operands) => {
             let (lhs, rhs, extra) = *operands;
             let back = runtime_cast::<CudaRuntime, R>;
-            Err(Box::new((back(extra.expect("a sum was given").tensor()), back(lhs), back(rhs))))
+            Err(Box::new((back(lhs), back(rhs), back(extra.expect("an addend was given").tensor()))))
         }
     }
 }
@@ -171,7 +176,7 @@ impl Extra {
 pub(super) type Refused<R> = Box<(CubeTensor<R>, CubeTensor<R>)>;
 
 /// The same for a product with a bias or a sum (in the order the caller gave them).
-pub(super) type RefusedBias<R> = Box<(CubeTensor<R>, CubeTensor<R>, CubeTensor<R>)>;
+pub(super) type RefusedWithAddend<R> = Box<(CubeTensor<R>, CubeTensor<R>, CubeTensor<R>)>;
 
 /// The operands handed back by [`cuda_gemm`], what it was to add with them.
 type RefusedOperands = Box<(CubeTensor<CudaRuntime>, CubeTensor<CudaRuntime>, Option<Extra>)>;
