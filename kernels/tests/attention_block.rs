@@ -2,8 +2,10 @@
 //! a real runtime (wgpu; llvmpipe in CI): randomized blocks (rows of fewer and more keys
 //! than the forward cube's 64 units, one of GPT-2's 1,024 keys), causal diagonals and
 //! none, scores spread wide enough that an unshifted exponential would overflow, row
-//! statistics read from a longer sequence's tensor by their strides, f32 and f16 scores
-//! (f32 arithmetic). Controls: a diagonal one key off and a dropped log-sum-exp are caught.
+//! statistics, outputs and output gradients read from a longer sequence's tensors by their
+//! strides (the gradient's heads split from each token's row, as GPT-2's), f32 and f16
+//! scores (f32 arithmetic). Controls: a diagonal one key off, a dropped log-sum-exp and a
+//! dropped output (`Δ` = 0) are caught.
 
 mod common;
 
@@ -34,6 +36,7 @@ struct Case {
     heads: usize,
     rows: usize,
     keys: usize,
+    head_dim: usize,
     diagonal: Option<usize>,
     spread: f32,
 }
@@ -51,6 +54,10 @@ impl Case {
     fn score_rows(&self) -> usize {
         self.batch * self.heads * self.rows
     }
+
+    fn outputs(&self) -> usize {
+        self.score_rows() * self.head_dim
+    }
 }
 
 fn cases() -> Vec<Case> {
@@ -64,14 +71,15 @@ fn cases() -> Vec<Case> {
                 heads: rng.random_range(1..=3),
                 rows,
                 keys,
+                head_dim: rng.random_range(1..=80),
                 diagonal: (i % 2 == 0).then(|| rng.random_range(0..keys)),
                 spread: if i % 3 == 0 { 60.0 } else { 6.0 },
             }
         })
         .collect();
     // GPT-2's last block of 16 rows over 1,024 keys, and a block of one key.
-    cases.push(Case { batch: 1, heads: 2, rows: 16, keys: 1024, diagonal: Some(1008), spread: 6.0 });
-    cases.push(Case { batch: 2, heads: 1, rows: 3, keys: 1, diagonal: Some(0), spread: 6.0 });
+    cases.push(Case { batch: 1, heads: 2, rows: 16, keys: 1024, head_dim: 64, diagonal: Some(1008), spread: 6.0 });
+    cases.push(Case { batch: 2, heads: 1, rows: 3, keys: 1, head_dim: 4, diagonal: Some(0), spread: 6.0 });
     cases
 }
 
@@ -84,6 +92,32 @@ fn statistics(case: Case, values: &[f32]) -> (Vec<f32>, Vec<usize>) {
         stats[(r / case.rows) * total + r % case.rows] = value;
     }
     (stats, vec![case.heads * total, total, 1, 1])
+}
+
+/// `values` (`[batch, heads, rows, head_dim]` in order) inside a sequence of `rows +
+/// MORE_ROWS` rows, laid out head-major (`[batch, heads, seq, head_dim]`) or token-major
+/// (`[batch, seq, heads, head_dim]`: each token's heads side by side, as a gradient of
+/// heads split from rows): the buffer and the block's strides in it.
+fn in_sequence(case: Case, values: &[f32], token_major: bool) -> (Vec<f32>, Vec<usize>) {
+    let (heads, dim, seq) = (case.heads, case.head_dim, case.rows + MORE_ROWS);
+    let strides = if token_major {
+        vec![seq * heads * dim, dim, heads * dim, 1]
+    } else {
+        vec![heads * seq * dim, seq * dim, dim, 1]
+    };
+    let mut buffer = vec![f32::NAN; case.batch * heads * seq * dim];
+    for (index, &value) in values.iter().enumerate() {
+        let (r, d) = (index / dim, index % dim);
+        let (bh, i) = (r / case.rows, r % case.rows);
+        buffer[(bh / heads) * strides[0] + (bh % heads) * strides[1] + i * strides[2] + d] = value;
+    }
+    (buffer, strides)
+}
+
+/// Each score row's `Δ = Σ dO ∘ O` over the head dimension, in f64, rounded to f32.
+fn deltas(case: Case, output: &[f32], grad_output: &[f32]) -> Vec<f32> {
+    let rows = output.chunks(case.head_dim).zip(grad_output.chunks(case.head_dim));
+    rows.map(|(o, g)| o.iter().zip(g).map(|(&o, &g)| f64::from(o) * f64::from(g)).sum::<f64>() as f32).collect()
 }
 
 /// What the kernels wrote, widened to f32.
@@ -131,14 +165,17 @@ fn backward<E: Element>(
     scores: &[f32],
     grad_probabilities: &[f32],
     lse: &[f32],
-    delta: &[f32],
+    [output, grad_output]: [&[f32]; 2],
 ) -> Got {
     let scores_handle = client.create_from_slice(E::as_bytes(&E::narrow(scores)));
     let dp_handle = client.create_from_slice(E::as_bytes(&E::narrow(grad_probabilities)));
     let (lse_stats, stat_strides) = statistics(case, lse);
-    let (delta_stats, _) = statistics(case, delta);
     let lse_handle = client.create_from_slice(f32::as_bytes(&lse_stats));
-    let delta_handle = client.create_from_slice(f32::as_bytes(&delta_stats));
+    let (output, output_strides) = in_sequence(case, output, false);
+    let (grad_output, grad_strides) = in_sequence(case, grad_output, true);
+    let output_handle = client.create_from_slice(E::as_bytes(&E::narrow(&output)));
+    let grad_output_handle = client.create_from_slice(E::as_bytes(&E::narrow(&grad_output)));
+    let output_shape = contiguous(case, case.head_dim).0;
     let probabilities = client.empty(case.scores() * size_of::<E>());
     let grad_scores = client.empty(case.scores() * size_of::<E>());
     let (shape, strides) = contiguous(case, case.keys);
@@ -153,7 +190,8 @@ fn backward<E: Element>(
             arg(&scores_handle, &shape, &strides),
             arg(&dp_handle, &shape, &strides),
             arg(&lse_handle, &stat_shape, &stat_strides),
-            arg(&delta_handle, &stat_shape, &stat_strides),
+            arg(&output_handle, &output_shape, &output_strides),
+            arg(&grad_output_handle, &output_shape, &grad_strides),
             arg(&probabilities, &shape, &strides),
             arg(&grad_scores, &shape, &strides),
             case.dims(),
@@ -186,10 +224,12 @@ fn errors<E: Element>(
     let got = forward::<E>(client, kernel_case, &scores);
     let lse: Vec<f32> = want_lse.iter().map(|&l| l as f32).collect();
     let grad_probabilities = E::widen(&E::narrow(&random(rng, case.scores(), 1.0)));
-    let delta = random(rng, case.score_rows(), 1.0);
+    let output = E::widen(&E::narrow(&random(rng, case.outputs(), 1.0)));
+    let grad_output = E::widen(&E::narrow(&random(rng, case.outputs(), 1.0)));
+    let delta = deltas(case, &output, &grad_output);
     let (grad_p, grad_s) =
         block_softmax_grad(&scores, &grad_probabilities, &lse, &delta, (case.rows, case.keys), case.diagonal);
-    let grad = backward::<E>(client, kernel_case, &scores, &grad_probabilities, &lse, &delta);
+    let grad = backward::<E>(client, kernel_case, &scores, &grad_probabilities, &lse, [&output, &grad_output]);
     [
         error(&got.first, &want_p),
         error(&got.second, &want_lse),
@@ -220,12 +260,13 @@ fn f16_block_softmax_matches_the_reference() {
     check::<half::f16>(F16_TOLERANCE);
 }
 
-/// The controls: the kernels run with the diagonal one key further, or the backward with
-/// every log-sum-exp 0, miss the reference by far more than the tolerance.
+/// The controls: the kernels run with the diagonal one key further, the backward with
+/// every log-sum-exp 0, or with the output 0 (so `Δ` = 0), miss the reference by far more
+/// than the tolerance.
 #[test]
-fn a_wrong_diagonal_or_a_dropped_log_sum_exp_is_caught() {
+fn a_wrong_diagonal_a_dropped_log_sum_exp_or_a_dropped_delta_is_caught() {
     let client = WgpuRuntime::client(&WgpuDevice::default());
-    let case = Case { batch: 1, heads: 2, rows: 5, keys: 40, diagonal: Some(20), spread: 6.0 };
+    let case = Case { batch: 1, heads: 2, rows: 5, keys: 40, head_dim: 8, diagonal: Some(20), spread: 6.0 };
     let right = errors::<f32>(&client, case, case, &mut SmallRng::seed_from_u64(3));
     assert!(right.iter().all(|&e| e <= F32_TOLERANCE), "the same inputs must match: {right:?}");
     let shifted = Case { diagonal: Some(21), ..case };
@@ -235,11 +276,19 @@ fn a_wrong_diagonal_or_a_dropped_log_sum_exp_is_caught() {
     let mut rng = SmallRng::seed_from_u64(4);
     let scores = random(&mut rng, case.scores(), 6.0);
     let grad_probabilities = random(&mut rng, case.scores(), 1.0);
-    let delta = random(&mut rng, case.score_rows(), 1.0);
+    let output = random(&mut rng, case.outputs(), 1.0);
+    let grad_output = random(&mut rng, case.outputs(), 1.0);
+    let delta = deltas(case, &output, &grad_output);
     let (_, lse) = block_softmax(&scores, case.rows, case.keys, case.diagonal);
     let lse: Vec<f32> = lse.iter().map(|&l| l as f32).collect();
-    let (want_p, _) =
+    let (want_p, want_ds) =
         block_softmax_grad(&scores, &grad_probabilities, &lse, &delta, (case.rows, case.keys), case.diagonal);
-    let dropped = backward::<f32>(&client, case, &scores, &grad_probabilities, &vec![0.0; lse.len()], &delta);
+    let outputs = [output.as_slice(), grad_output.as_slice()];
+    let dropped = backward::<f32>(&client, case, &scores, &grad_probabilities, &vec![0.0; lse.len()], outputs);
     assert!(error(&dropped.first, &want_p) > 100.0 * F32_TOLERANCE, "a dropped log-sum-exp went unnoticed");
+    let right = backward::<f32>(&client, case, &scores, &grad_probabilities, &lse, outputs);
+    assert!(error(&right.second, &want_ds) <= F32_TOLERANCE, "the same inputs must match");
+    let zeros = vec![0.0; output.len()];
+    let no_delta = backward::<f32>(&client, case, &scores, &grad_probabilities, &lse, [&zeros, &grad_output]);
+    assert!(error(&no_delta.second, &want_ds) > 100.0 * F32_TOLERANCE, "a dropped Δ went unnoticed");
 }

@@ -6,14 +6,15 @@
 //!
 //! Causal blocks: row `i` of the block sees keys `0 ..= i + diagonal`; the keys past it
 //! are 0 in the probabilities and in the gradient. f32 arithmetic whatever the element
-//! type; the row statistics (log-sum-exp, `Δ = Σ dO ∘ O`) are f32 `[batch, heads, rows,
-//! 1]` tensors read and written by their strides (a block's rows of the whole sequence's
-//! statistics need no copy).
+//! type; the log-sum-exp is an f32 `[batch, heads, rows, 1]` tensor read and written by its
+//! strides, and the backward's `Δ = Σ dO ∘ O` is each row's sum over the block's output and
+//! its gradient (`[batch, heads, rows, head_dim]`, read by their strides): a block's rows of
+//! the whole sequence's tensors need no copy, and `Δ` no pass of its own.
 
 use cubecl::prelude::*;
 use cubecl::CubeDim;
 
-use crate::reduce::{cube_row, cube_softmax_stats, row_cubes};
+use crate::reduce::{cube_row, cube_softmax_stats, cube_sum, row_cubes};
 
 /// Units per cube of both kernels: one cube per score row.
 pub const SCORE_ROW_UNITS: usize = 64;
@@ -86,15 +87,35 @@ pub fn attention_block_softmax_kernel<F: Float>(
     }
 }
 
-/// One cube per score row, as the forward: `p = exp(score − lse)` and `dS = p · (dP − Δ)`
-/// (both 0 past the diagonal), from the row's log-sum-exp and `Δ`, read once.
+/// `Δ = Σ dO ∘ O` of score row `r`: the cube's units share the head dimension of the
+/// block's output and its gradient (`[batch, heads, rows, head_dim]`, any strides), the
+/// products summed in f32.
+#[cube]
+fn row_delta<F: Float>(output: &Tensor<F>, grad_output: &Tensor<F>, r: usize, block: &ScoreBlock) -> f32 {
+    let bh = r / block.rows;
+    let (b, h, i) = (bh / block.heads, bh % block.heads, r % block.rows);
+    let out_base = b * output.stride(0) + h * output.stride(1) + i * output.stride(2);
+    let grad_base = b * grad_output.stride(0) + h * grad_output.stride(1) + i * grad_output.stride(2);
+    let mut partial = 0.0f32;
+    let mut d = UNIT_POS_X as usize;
+    while d < output.shape(3) {
+        let o = f32::cast_from(output[out_base + d * output.stride(3)]);
+        partial += o * f32::cast_from(grad_output[grad_base + d * grad_output.stride(3)]);
+        d += SCORE_ROW_UNITS;
+    }
+    cube_sum(partial, SCORE_ROW_UNITS)
+}
+
+/// One cube per score row, as the forward: the row's `Δ` from the block's output and its
+/// gradient, then `p = exp(score − lse)` and `dS = p · (dP − Δ)` (both 0 past the diagonal).
 #[cube(launch_unchecked)]
 #[allow(clippy::too_many_arguments)]
 pub fn attention_block_softmax_grad_kernel<F: Float>(
     scores: &Tensor<F>,
     grad_probabilities: &Tensor<F>,
     lse: &Tensor<f32>,
-    delta: &Tensor<f32>,
+    output: &Tensor<F>,
+    grad_output: &Tensor<F>,
     probabilities: &mut Tensor<F>,
     grad_scores: &mut Tensor<F>,
     block: &ScoreBlock,
@@ -107,14 +128,14 @@ pub fn attention_block_softmax_grad_kernel<F: Float>(
     let visible = visible_keys(r, block, causal);
     let base = r * block.keys;
     let row_lse = lse[stat_at(lse, r, block)];
-    let row_delta = delta[stat_at(delta, r, block)];
+    let delta = row_delta(output, grad_output, r, block);
     let mut j = UNIT_POS_X as usize;
     while j < block.keys {
         let mut p = 0.0f32;
         let mut ds = 0.0f32;
         if j < visible {
             p = (f32::cast_from(scores[base + j]) - row_lse).exp();
-            ds = p * (f32::cast_from(grad_probabilities[base + j]) - row_delta);
+            ds = p * (f32::cast_from(grad_probabilities[base + j]) - delta);
         }
         probabilities[base + j] = F::cast_from(p);
         grad_scores[base + j] = F::cast_from(ds);
@@ -169,18 +190,20 @@ pub unsafe fn launch_attention_block_softmax<R: Runtime, F: Float + CubeElement>
 }
 
 /// Runs [`attention_block_softmax_grad_kernel()`]: `probabilities` and `grad_scores` from
-/// `scores`, `grad_probabilities`, `lse` and `delta`.
+/// `scores`, `grad_probabilities`, `lse` and the block's `output` and `grad_output`.
 ///
 /// # Safety
 /// As [`launch_attention_block_softmax`]; `grad_probabilities` and `grad_scores`
-/// contiguous `[batch, heads, rows, keys]` of `F`, `delta` as `lse`.
+/// contiguous `[batch, heads, rows, keys]` of `F`; `output` and `grad_output`
+/// `[batch, heads, rows, head_dim]` of `F` (any strides inside their buffers).
 #[allow(clippy::too_many_arguments)]
 pub unsafe fn launch_attention_block_softmax_grad<R: Runtime, F: Float + CubeElement>(
     client: &ComputeClient<R>,
     scores: TensorArg<R>,
     grad_probabilities: TensorArg<R>,
     lse: TensorArg<R>,
-    delta: TensorArg<R>,
+    output: TensorArg<R>,
+    grad_output: TensorArg<R>,
     probabilities: TensorArg<R>,
     grad_scores: TensorArg<R>,
     dims: BlockDims,
@@ -192,7 +215,8 @@ pub unsafe fn launch_attention_block_softmax_grad<R: Runtime, F: Float + CubeEle
         scores,
         grad_probabilities,
         lse,
-        delta,
+        output,
+        grad_output,
         probabilities,
         grad_scores,
         dims.launch(),

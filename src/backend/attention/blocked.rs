@@ -115,17 +115,24 @@ pub(crate) fn composed_softmax<B: Backend>(
     (primitive(probabilities), primitive(max + sum.log()))
 }
 
+/// `Δ = Σ dO ∘ O` of each row of `output` and its gradient (`[batch, heads, rows,
+/// head_dim]`): `[batch, heads, rows, 1]`, in f32.
+pub(crate) fn row_deltas<B: Backend>([output, grad_output]: [FloatTensor<B>; 2]) -> Tensor<B, 4> {
+    (to_f32(tensor::<B>(grad_output)) * to_f32(tensor::<B>(output))).sum_dim(3)
+}
+
 /// [`AttentionOps::lean_attention_block_softmax_grad`] composed of Burn ops, in f32.
 pub(crate) fn composed_softmax_grad<B: Backend>(
     scores: FloatTensor<B>,
     lse: FloatTensor<B>,
-    delta: FloatTensor<B>,
+    outputs: [FloatTensor<B>; 2],
     grad_probabilities: FloatTensor<B>,
     diagonal: Option<usize>,
 ) -> (FloatTensor<B>, FloatTensor<B>) {
     let dtype = scores.dtype();
+    let delta = row_deltas::<B>(outputs);
     let probabilities = (to_f32(masked(tensor::<B>(scores), diagonal)) - to_f32(tensor(lse))).exp();
-    let grad_scores = probabilities.clone() * (to_f32(tensor(grad_probabilities)) - to_f32(tensor(delta)));
+    let grad_scores = probabilities.clone() * (to_f32(tensor(grad_probabilities)) - delta);
     (primitive(to_dtype(probabilities, dtype)), primitive(to_dtype(grad_scores, dtype)))
 }
 
@@ -135,18 +142,19 @@ fn block_softmax<B: AttentionOps>(scores: Tensor<B, 4>, diagonal: Option<usize>)
     (tensor(probabilities), tensor(lse))
 }
 
-/// One block's probabilities and score gradients in the backward pass, by `B`'s op.
+/// One block's probabilities and score gradients in the backward pass, by `B`'s op, from
+/// its rows of the output and of the output's gradient (`Δ` is the op's).
 fn block_softmax_grad<B: AttentionOps>(
     scores: Tensor<B, 4>,
     lse: Tensor<B, 4>,
-    delta: Tensor<B, 4>,
+    [output, grad_output]: [Tensor<B, 4>; 2],
     grad_probabilities: Tensor<B, 4>,
     diagonal: Option<usize>,
 ) -> (Tensor<B, 4>, Tensor<B, 4>) {
     let (probabilities, grad_scores) = B::lean_attention_block_softmax_grad(
         primitive(scores),
         primitive(lse),
-        primitive(delta),
+        [primitive(output), primitive(grad_output)],
         primitive(grad_probabilities),
         diagonal,
     );
@@ -256,8 +264,6 @@ pub(crate) fn backward<B: AttentionOps>(
     let [_, _, queries, _] = query.dims();
     let keys = key.dims()[2];
     let grad = to_dtype(grad, dtype);
-    // D = rowsum(dO ∘ O): the softmax's backward term, per query row.
-    let delta = (to_f32(grad.clone()) * to_f32(output)).sum_dim(3);
     // Summed over the blocks in f32, from the last block: it sees every key (causal blocks
     // see more keys the later they come), so its parts start the sums without a zeroed
     // buffer to add them to.
@@ -266,10 +272,12 @@ pub(crate) fn backward<B: AttentionOps>(
     for &block in blocks.iter().rev() {
         let grad_block = block_rows(&grad, block);
         let grad_probabilities = grad_block.clone().matmul(seen_keys(&value, block).swap_dims(2, 3));
+        // Δ = rowsum(dO ∘ O), the softmax's backward term per query row, from the block's
+        // rows inside the op.
         let (probabilities, grad_scores) = block_softmax_grad(
             scores(&scaled, &key, block),
             block_rows(&lse, block),
-            block_rows(&delta, block),
+            [block_rows(&output, block), grad_block.clone()],
             grad_probabilities,
             diagonal(block, queries, keys, causal),
         );

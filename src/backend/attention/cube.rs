@@ -154,31 +154,32 @@ where
     fn lean_attention_block_softmax_grad(
         scores: FloatTensor<Self>,
         lse: FloatTensor<Self>,
-        delta: FloatTensor<Self>,
+        [output, grad_output]: [FloatTensor<Self>; 2],
         grad_probabilities: FloatTensor<Self>,
         diagonal: Option<usize>,
     ) -> (FloatTensor<Self>, FloatTensor<Self>) {
-        let statistics = [&lse, &delta].iter().all(|stat| stat.meta.shape().dims::<4>() == row_dims(&scores));
-        let block = block_dims(&scores, diagonal)
-            .filter(|_| statistics && grad_probabilities.meta.shape() == scores.meta.shape());
-        let Some(block) = block else {
-            return blocked::composed_softmax_grad::<Self>(scores, lse, delta, grad_probabilities, diagonal);
+        let [batch, heads, rows, _] = dims(&scores);
+        let rows_of =
+            |tensor: &CubeTensor<R>| dims(tensor)[..3] == [batch, heads, rows] && tensor.dtype == scores.dtype;
+        let fits = lse.meta.shape().dims::<4>() == row_dims(&scores)
+            && rows_of(&output)
+            && dims(&output) == dims(&grad_output)
+            && rows_of(&grad_output)
+            && grad_probabilities.meta.shape() == scores.meta.shape();
+        let Some(block) = block_dims(&scores, diagonal).filter(|_| fits) else {
+            let outputs = [output, grad_output];
+            return blocked::composed_softmax_grad::<Self>(scores, lse, outputs, grad_probabilities, diagonal);
         };
         let dtype = scores.dtype;
         let (scores, grad_probabilities) = (contiguous_of(scores, dtype), contiguous_of(grad_probabilities, dtype));
-        // Read by their strides: a block's rows of the sequence's statistics stay views.
-        let f32_view = |stat: FloatTensor<Self>| {
-            if stat.dtype == DType::F32 {
-                stat
-            } else {
-                burn_cubecl::kernel::cast(stat, DType::F32)
-            }
-        };
-        let (lse, delta) = (f32_view(lse), f32_view(delta));
+        // Read by its strides: a block's rows of the sequence's log-sum-exp stay a view,
+        // as do the block's rows of the output and its gradient.
+        let lse = if lse.dtype == DType::F32 { lse } else { burn_cubecl::kernel::cast(lse, DType::F32) };
         let probabilities = empty_like(&scores, dims(&scores), dtype);
         let grad_scores = empty_like(&scores, dims(&scores), dtype);
         // SAFETY: scores and their gradient contiguous `[batch, heads, rows, keys]`, the
-        // statistics `[batch, heads, rows, 1]` f32 (checked above), the outputs just
+        // log-sum-exp `[batch, heads, rows, 1]` f32, the output and its gradient `[batch,
+        // heads, rows, head_dim]` of the scores' type (checked above), the outputs just
         // allocated with the shapes written.
         unsafe {
             with_float_type!(dtype, E => launch_attention_block_softmax_grad::<R, E>(
@@ -186,7 +187,8 @@ where
                 scores.into_tensor_arg(),
                 grad_probabilities.into_tensor_arg(),
                 lse.into_tensor_arg(),
-                delta.into_tensor_arg(),
+                output.into_tensor_arg(),
+                grad_output.into_tensor_arg(),
                 probabilities.clone().into_tensor_arg(),
                 grad_scores.clone().into_tensor_arg(),
                 block,

@@ -1,7 +1,8 @@
 //! [`AttentionOps`]' block softmax on Burn's CPU backend (`Flex`): each row of a block's
 //! scores in one pass, rows in parallel: forward, the row's maximum, its shifted
 //! exponentials written and summed, then scaled into the probabilities; backward, each
-//! score's probability and gradient from the row's log-sum-exp and `Δ`. The composed ops
+//! row's `Δ` from its output and output gradient, then each score's probability and
+//! gradient from the row's log-sum-exp and `Δ`. The composed ops
 //! make a new score-sized tensor per step (the mask, the exponentials, the division; the
 //! backward's difference and products). f32 scores in contiguous memory only: others take
 //! the composed path. The fused kernels stay CubeCL's: on Flex every attention runs in
@@ -39,17 +40,17 @@ impl AttentionOps for Flex {
     fn lean_attention_block_softmax_grad(
         scores: FloatTensor<Self>,
         lse: FloatTensor<Self>,
-        delta: FloatTensor<Self>,
+        outputs: [FloatTensor<Self>; 2],
         grad_probabilities: FloatTensor<Self>,
         diagonal: Option<usize>,
     ) -> (FloatTensor<Self>, FloatTensor<Self>) {
         let read = || {
             let block = ScoreBlock::read(&scores, diagonal)?;
             let grad = grad_probabilities.as_slice::<f32>().filter(|g| g.len() == block.scores())?;
-            Some((block, grad, block.statistic(&lse)?, block.statistic(&delta)?))
+            Some((block, grad, block.statistic(&lse)?, block.row_deltas(&outputs)?))
         };
         let Some((block, grad, row_lse, row_delta)) = read() else {
-            return blocked::composed_softmax_grad::<Self>(scores, lse, delta, grad_probabilities, diagonal);
+            return blocked::composed_softmax_grad::<Self>(scores, lse, outputs, grad_probabilities, diagonal);
         };
         let values = scores.as_slice::<f32>().expect("checked by ScoreBlock::read");
         let (mut probabilities, mut grad_scores) = (vec![0.0f32; values.len()], vec![0.0f32; values.len()]);
@@ -108,6 +109,24 @@ impl ScoreBlock {
     fn statistic(&self, stat: &FlexTensor) -> Option<Vec<f32>> {
         let fits = stat.dtype() == DType::F32 && stat.shape().dims::<4>() == self.stat_shape();
         fits.then(|| stat.clone().into_data().to_vec::<f32>().ok()).flatten()
+    }
+
+    /// Each score row's `Δ = Σ dO ∘ O` from the block's rows of the output and its
+    /// gradient (`[batch, heads, rows, head_dim]` f32, any layout), in score-row order.
+    fn row_deltas(&self, [output, grad_output]: &[FlexTensor; 2]) -> Option<Vec<f32>> {
+        let [batch, heads, rows, _] = self.dims;
+        let fits = |t: &FlexTensor| t.dtype() == DType::F32 && t.shape().dims::<4>()[..3] == [batch, heads, rows];
+        if !(fits(output) && fits(grad_output) && output.shape() == grad_output.shape()) {
+            return None;
+        }
+        let head_dim = output.shape().dims::<4>()[3];
+        let values = |t: &FlexTensor| t.clone().into_data().to_vec::<f32>().ok();
+        let (output, grad_output) = (values(output)?, values(grad_output)?);
+        if head_dim == 0 {
+            return Some(vec![0.0; self.score_rows()]);
+        }
+        let rows = output.par_chunks(head_dim).zip(grad_output.par_chunks(head_dim));
+        Some(rows.map(|(o, g)| o.iter().zip(g).map(|(o, g)| o * g).sum::<f32>()).collect())
     }
 
     fn scores_tensor(&self, values: Vec<f32>) -> FlexTensor {

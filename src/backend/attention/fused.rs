@@ -68,11 +68,12 @@ impl<B: FusionBackend + AttentionOps> Operation<B::FusionRuntime> for QueuedAtte
                 handles.register_float_tensor::<B>(&lse.id, row_lse);
             }
             Pass::BlockSoftmaxGrad { diagonal } => {
-                let ([scores, lse, delta, grad_probabilities], [probabilities, grad_scores]) = self.desc.as_fixed();
+                let ([scores, lse, output, grad_output, grad_probabilities], [probabilities, grad_scores]) =
+                    self.desc.as_fixed();
                 let (p, ds) = B::lean_attention_block_softmax_grad(
                     handles.get_float_tensor::<B>(scores),
                     handles.get_float_tensor::<B>(lse),
-                    handles.get_float_tensor::<B>(delta),
+                    [handles.get_float_tensor::<B>(output), handles.get_float_tensor::<B>(grad_output)],
                     handles.get_float_tensor::<B>(grad_probabilities),
                     diagonal,
                 );
@@ -156,18 +157,19 @@ impl<B: FusionBackend + AttentionOps> AttentionOps for Fusion<B> {
     fn lean_attention_block_softmax_grad(
         scores: FloatTensor<Self>,
         lse: FloatTensor<Self>,
-        delta: FloatTensor<Self>,
+        [output, grad_output]: [FloatTensor<Self>; 2],
         grad_probabilities: FloatTensor<Self>,
         diagonal: Option<usize>,
     ) -> (FloatTensor<Self>, FloatTensor<Self>) {
         if !has_kernels(scores.dtype) {
-            return blocked::composed_softmax_grad::<Self>(scores, lse, delta, grad_probabilities, diagonal);
+            let outputs = [output, grad_output];
+            return blocked::composed_softmax_grad::<Self>(scores, lse, outputs, grad_probabilities, diagonal);
         }
-        let output = (scores.shape.clone(), scores.dtype);
         let pass = Pass::BlockSoftmaxGrad { diagonal };
-        let inputs = vec![scores, lse, delta, grad_probabilities];
+        let score_like = (scores.shape.clone(), scores.dtype);
+        let inputs = vec![scores, lse, output, grad_output, grad_probabilities];
         let [probabilities, grad_scores] =
-            queue::<B, 2>(pass, "leanburn_attention_block_softmax_grad", inputs, [output.clone(), output]);
+            queue::<B, 2>(pass, "leanburn_attention_block_softmax_grad", inputs, [score_like.clone(), score_like]);
         (probabilities, grad_scores)
     }
 

@@ -131,19 +131,21 @@ pub trait AttentionOps: Backend {
         blocked::composed_softmax::<Self>(scores, diagonal)
     }
 
-    /// The same block in the backward pass: from its scores, its rows' log-sum-exp and
-    /// `Δ = Σ dO ∘ O` (`[batch, heads, rows, 1]`, f32) and the probabilities' gradient
-    /// `dP = dO·Vᵀ`: the probabilities and the scores' gradient `P ∘ (dP − Δ)`, both in the
-    /// scores' type. By default Burn ops in f32; one kernel on the CubeCL backends, one
-    /// pass per row on Flex (f32).
+    /// The same block in the backward pass: from its scores, its rows' log-sum-exp
+    /// (`[batch, heads, rows, 1]`, f32), its rows of the attention's output and of its
+    /// gradient (`O` and `dO`, `[batch, heads, rows, head_dim]`) and the probabilities'
+    /// gradient `dP = dO·Vᵀ`: the probabilities and the scores' gradient `P ∘ (dP − Δ)`,
+    /// `Δ = Σ dO ∘ O` each row's sum over the head dimension (in f32), both in the scores'
+    /// type. By default Burn ops in f32; one kernel on the CubeCL backends (`Δ` summed in
+    /// it), one pass per row on Flex (f32).
     fn lean_attention_block_softmax_grad(
         scores: FloatTensor<Self>,
         lse: FloatTensor<Self>,
-        delta: FloatTensor<Self>,
+        [output, grad_output]: [FloatTensor<Self>; 2],
         grad_probabilities: FloatTensor<Self>,
         diagonal: Option<usize>,
     ) -> (FloatTensor<Self>, FloatTensor<Self>) {
-        blocked::composed_softmax_grad::<Self>(scores, lse, delta, grad_probabilities, diagonal)
+        blocked::composed_softmax_grad::<Self>(scores, lse, [output, grad_output], grad_probabilities, diagonal)
     }
 
     /// Whether [`lean_attention_forward`](Self::lean_attention_forward) and
@@ -232,11 +234,11 @@ impl<B: ChunkedConv + AttentionOps> AttentionOps for Lean<B> {
     fn lean_attention_block_softmax_grad(
         scores: FloatTensor<Self>,
         lse: FloatTensor<Self>,
-        delta: FloatTensor<Self>,
+        outputs: [FloatTensor<Self>; 2],
         grad_probabilities: FloatTensor<Self>,
         diagonal: Option<usize>,
     ) -> (FloatTensor<Self>, FloatTensor<Self>) {
-        B::lean_attention_block_softmax_grad(scores, lse, delta, grad_probabilities, diagonal)
+        B::lean_attention_block_softmax_grad(scores, lse, outputs, grad_probabilities, diagonal)
     }
 
     fn fused_attention(dtype: DType, head_dim: usize) -> bool {
