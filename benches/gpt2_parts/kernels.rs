@@ -49,7 +49,8 @@ fn launches() -> Vec<String> {
 }
 
 /// Prints the kernels per full step: the median over `--reps` steps after `--warmup`, how
-/// many of them the optimizer step launched, and the most frequent kernels of the last step.
+/// many of them the optimizer step launched, and every kernel of the last step, the most
+/// frequent first.
 pub fn count<B: TrainBackend>(args: &Args, config: &Gpt2Config, seq: usize, device: &B::Device) {
     let (model, mut optimizer, host) = super::training::<B>(args, config, seq, device);
     let mut model = Some(model);
@@ -99,12 +100,13 @@ pub fn count<B: TrainBackend>(args: &Args, config: &Gpt2Config, seq: usize, devi
     let _ = std::fs::remove_file(log_file());
 }
 
-/// The most frequent of `launches` (by kernel name), as a Markdown table.
+/// Every kernel of `launches` (by name), the most frequent first, as a Markdown table: a
+/// step's structure compared between two builds needs the rare ones too.
 fn print_frequent(title: &str, launches: BTreeMap<String, usize>) {
     let mut frequent: Vec<(usize, String)> = launches.into_iter().map(|(name, n)| (n, name)).collect();
     frequent.sort_unstable_by(|a, b| b.cmp(a));
     println!("| {title} | launches |\n|---|---|");
-    for (n, name) in frequent.iter().take(15) {
+    for (n, name) in &frequent {
         println!("| `{name}` | {n} |");
     }
     println!();
