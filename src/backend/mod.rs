@@ -100,7 +100,7 @@ pub use gemm::{
 };
 pub use layer_norm::{layer_norm, LayerNormOps};
 pub use lm_head_loss::LmHeadLossOps;
-pub(crate) use lm_head_loss::{lm_head_loss_grads, lm_head_token_losses};
+pub(crate) use lm_head_loss::{lm_head_loss, lm_head_token_losses};
 pub use optimizer::{AdamWParam, AdamWStep, OptimizerOps};
 
 /// A backend that forwards every op to `B`: the base leanburn replaces ops on.

@@ -13,15 +13,14 @@
 //!
 //! The losses and gradients are the backend's [`LmHeadLossOps`] (composed of Burn ops, or
 //! one pass per row of logits on the CPU); see its docs for the arithmetic. The loss
-//! [`fused_lm_head_loss`] returns is `Σ h⊙Gₕ + Σ W⊙G_W + c`, with the gradients `Gₕ`, `G_W`
-//! and `c` constants (no graph): its gradients are exactly `Gₕ` and `G_W`, and `c` makes
-//! its value the cross-entropy.
+//! [`fused_lm_head_loss`] returns is one graph node ([`LmHeadLossOps::lm_head_loss`]) whose
+//! backward hands on the gradients `Gₕ` and `G_W` computed with it, times the loss's own
+//! gradient: no pass over `h` or `W` in the forward, one in the backward.
 
 use burn::prelude::*;
 use burn::tensor::backend::AutodiffBackend;
 
-use super::loss_precision::logits_in_f32;
-use crate::backend::{lm_head_loss_grads, lm_head_token_losses, LmHeadLossOps};
+use crate::backend::{lm_head_loss, lm_head_token_losses, LmHeadLossOps};
 
 /// Mean cross-entropy of `hidden · weightᵀ` (`[tokens, d] · [d, vocab]`) against `targets`
 /// (`[tokens]`), with at most `chunk` rows of logits alive at once. Differentiable on any
@@ -52,11 +51,7 @@ pub fn fused_lm_head_loss<B: AutodiffBackend + LmHeadLossOps>(
     targets: Tensor<B, 1, Int>,
     chunk: usize,
 ) -> Tensor<B, 1> {
-    let (loss, grad_hidden, grad_weight) = lm_head_loss_grads(hidden.clone(), weight.clone(), targets, chunk);
-    // In f32 like the loss; in a half-precision model each sum is cast once.
-    let surrogate = logits_in_f32((hidden * grad_hidden).sum()) + logits_in_f32((weight * grad_weight).sum());
-    let offset = loss.inner() - surrogate.clone().inner();
-    surrogate + Tensor::from_inner(offset)
+    lm_head_loss(hidden, weight, targets, chunk)
 }
 
 /// Each token's cross-entropy (`[tokens]`) of `hidden · weightᵀ` against `targets`, with at
@@ -171,5 +166,26 @@ mod tests {
             grad_h.into_data().assert_approx_eq::<f32>(&fused_h.into_data(), tolerance);
             grad_w.into_data().assert_approx_eq::<f32>(&fused_w.into_data(), tolerance);
         }
+    }
+    /// A frozen head (the weight untracked): the loss node still gives the hidden states
+    /// the plain loss's gradient, and the weight none; frozen hidden states get none either.
+    #[test]
+    fn a_frozen_weight_still_passes_the_hidden_gradient() {
+        let (h, w, t) = case(11, 5, 13, 9);
+        let plain = {
+            let hidden = Tensor::<Ad, 2>::from_inner(h.clone()).require_grad();
+            let grads =
+                reference(hidden.clone(), Tensor::from_inner(w.clone()), Tensor::from_inner(t.clone())).backward();
+            hidden.grad(&grads).unwrap()
+        };
+        let hidden = Tensor::<Ad, 2>::from_inner(h.clone()).require_grad();
+        let weight = Tensor::<Ad, 2>::from_inner(w.clone());
+        let grads = fused_lm_head_loss(hidden.clone(), weight.clone(), Tensor::from_inner(t.clone()), 4).backward();
+        assert!(weight.grad(&grads).is_none(), "an untracked weight got a gradient");
+        plain.into_data().assert_approx_eq::<f32>(&hidden.grad(&grads).unwrap().into_data(), Tolerance::absolute(1e-5));
+        let frozen = Tensor::<Ad, 2>::from_inner(h);
+        let grads = fused_lm_head_loss(frozen.clone(), Tensor::from_inner(w).require_grad(), Tensor::from_inner(t), 4)
+            .backward();
+        assert!(frozen.grad(&grads).is_none(), "untracked hidden states got a gradient");
     }
 }

@@ -15,6 +15,7 @@ use burn_ir::{CustomOpIr, HandleContainer};
 use super::layout::output_shape;
 use super::{gemm_fused_adds, leading_ones, GemmOps};
 use crate::backend::custom_op::queue_custom;
+use crate::backend::switch::{env_is, Switch};
 
 #[derive(Debug)]
 struct QueuedGemm<B> {
@@ -50,11 +51,11 @@ impl<B: FusionBackend + GemmOps> Operation<B::FusionRuntime> for QueuedGemm<B> {
 
 impl<B: FusionBackend + GemmOps> GemmOps for Fusion<B> {
     fn vendor_gemm(device: &Self::Device) -> bool {
-        B::vendor_gemm(device)
+        B::vendor_gemm(device) || queue_gemm()
     }
 
     fn gemm(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>) -> FloatTensor<Self> {
-        let queued = queue_gemm() || B::vendor_gemm(lhs.client.device());
+        let queued = Self::vendor_gemm(lhs.client.device());
         let shape = output_shape(lhs.shape.as_slice(), rhs.shape.as_slice());
         match shape {
             Some(shape) if queued && lhs.dtype == rhs.dtype => {
@@ -69,7 +70,7 @@ impl<B: FusionBackend + GemmOps> GemmOps for Fusion<B> {
     /// One custom operation where cuBLASLt adds the bias in its epilogue; elsewhere the
     /// GEMM and Fusion's add, which Fusion may fuse with the element-wise ops after it.
     fn gemm_bias(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>, bias: FloatTensor<Self>) -> FloatTensor<Self> {
-        let epilogue = queue_gemm() || (B::vendor_gemm(lhs.client.device()) && gemm_fused_adds());
+        let epilogue = queue_addend::<B>(lhs.client.device());
         let shape = output_shape(lhs.shape.as_slice(), rhs.shape.as_slice());
         let same_type = lhs.dtype == rhs.dtype && bias.dtype == lhs.dtype;
         match shape {
@@ -88,7 +89,7 @@ impl<B: FusionBackend + GemmOps> GemmOps for Fusion<B> {
     /// One custom operation where cuBLASLt adds `sum` as its `C`; elsewhere the GEMM and
     /// Fusion's add.
     fn gemm_accumulate(sum: FloatTensor<Self>, lhs: FloatTensor<Self>, rhs: FloatTensor<Self>) -> FloatTensor<Self> {
-        let fused = queue_gemm() || (B::vendor_gemm(lhs.client.device()) && gemm_fused_adds());
+        let fused = queue_addend::<B>(lhs.client.device());
         let shape = output_shape(lhs.shape.as_slice(), rhs.shape.as_slice());
         let same_type = lhs.dtype == rhs.dtype && sum.dtype == lhs.dtype;
         match shape {
@@ -117,14 +118,29 @@ fn queue_gemm_op<B: FusionBackend + GemmOps>(
 #[cfg(test)]
 pub(super) static EXECUTED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
-/// Whether a test asked for the queued path on a backend without the vendor's GEMM, so
-/// that CI runs the custom operation over wgpu.
-#[cfg(test)]
+/// Whether every GEMM is queued as on CUDA on a backend without the vendor's GEMM (the
+/// backend's own matmul inside the custom operation): `LEANBURN_GEMM=queued`, read once,
+/// which also makes [`GemmOps::vendor_gemm`] true, so that the linear layers and the
+/// attention take their CUDA paths. A diagnostic: CUDA's step structure (its ops and
+/// launches) on wgpu, to count without a GPU. Or a test's request, so that CI runs the
+/// custom operation over wgpu.
 fn queue_gemm() -> bool {
+    static QUEUED: Switch = Switch::unset();
+    QUEUED.get(|| env_is("LEANBURN_GEMM", "queued")) || queue_gemm_in_test()
+}
+
+/// Whether the GEMM is queued with its addend as one custom operation: where the vendor's
+/// GEMM adds it ([`gemm_fused_adds`]), or, in a test, always.
+fn queue_addend<B: GemmOps>(device: &B::Device) -> bool {
+    queue_gemm_in_test() || ((B::vendor_gemm(device) || queue_gemm()) && gemm_fused_adds())
+}
+
+#[cfg(test)]
+fn queue_gemm_in_test() -> bool {
     super::tests::QUEUE_GEMM.with(|queue| queue.get())
 }
 
 #[cfg(not(test))]
-fn queue_gemm() -> bool {
+fn queue_gemm_in_test() -> bool {
     false
 }

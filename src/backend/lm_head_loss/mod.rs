@@ -5,8 +5,9 @@
 //! mean cross-entropy over `n` tokens has `∂L/∂z = (softmax(z) − onehot(t)) / n`, so
 //! `∂L/∂h = (∂L/∂z)·W` and `∂L/∂W = (∂L/∂z)ᵀ·h`. [`LmHeadLossOps::lm_head_loss_grads`]
 //! computes the loss and both gradients walking the tokens `chunk` at a time, so that at
-//! most one chunk of logits is alive. `model::fused_lm_head_loss` builds the autodiff loss
-//! from them.
+//! most one chunk of logits is alive. On `Autodiff`, [`LmHeadLossOps::lm_head_loss`] is one
+//! graph node whose backward hands those gradients on (`autodiff.rs`): what
+//! `model::fused_lm_head_loss` returns.
 //!
 //! Between a chunk's GEMMs, its rows of logits go through
 //! [`LmHeadLossOps::lm_head_loss_rows`]: by default Burn tensor ops (about eight passes over
@@ -16,16 +17,15 @@
 //! go into one buffer, their softmax gradient is written over them row by row in one pass,
 //! and the two gradient GEMMs read it there, the weight's accumulating in place.
 
+mod autodiff;
 mod cube;
 mod flex;
 mod fused;
 #[cfg(test)]
 mod tests;
 
-use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
-use burn::backend::{Autodiff, NdArray};
+use burn::backend::NdArray;
 use burn::prelude::*;
-use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::{DType, FloatDType, IndexingUpdateOp, TensorPrimitive};
 use burn_backend::tensor::{FloatTensor, IntTensor};
 
@@ -50,6 +50,24 @@ pub trait LmHeadLossOps: GemmOps {
         chunk: usize,
     ) -> [FloatTensor<Self>; 3] {
         composed::<Self>(hidden, weight, targets, chunk)
+    }
+
+    /// The mean cross-entropy of `hidden · weightᵀ` against `targets` (`[1]`, f32), `chunk`
+    /// tokens of logits at a time. On `Autodiff` one graph node whose backward hands on the
+    /// gradients [`Self::lm_head_loss_grads`] computed with the loss (times the loss's own
+    /// gradient); what it keeps for the backward is those two gradients, of `hidden`'s and
+    /// `weight`'s sizes. Elsewhere the mean of [`Self::lm_head_token_losses`].
+    ///
+    /// # Panics
+    /// If `chunk` is 0.
+    fn lm_head_loss(
+        hidden: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        targets: IntTensor<Self>,
+        chunk: usize,
+    ) -> FloatTensor<Self> {
+        let losses = Self::lm_head_token_losses(hidden, weight, targets, chunk);
+        Tensor::<Self, 1>::from_primitive(TensorPrimitive::Float(losses)).mean().into_primitive().tensor()
     }
 
     /// Each token's cross-entropy of `hidden · weightᵀ` against `targets` (`[tokens]`, in
@@ -109,20 +127,6 @@ impl<B: ChunkedConv + LmHeadLossOps> LmHeadLossOps for Lean<B> {
         grad_scale: Option<f32>,
     ) -> (FloatTensor<Self>, Option<FloatTensor<Self>>) {
         B::lm_head_loss_rows(logits, targets, grad_scale)
-    }
-}
-
-/// The inner backend's op on the tensors' values; the results are untracked. The token
-/// losses stay the composed default, differentiable.
-impl<B: LmHeadLossOps, C: CheckpointStrategy> LmHeadLossOps for Autodiff<B, C> {
-    fn lm_head_loss_grads(
-        hidden: FloatTensor<Self>,
-        weight: FloatTensor<Self>,
-        targets: IntTensor<Self>,
-        chunk: usize,
-    ) -> [FloatTensor<Self>; 3] {
-        B::lm_head_loss_grads(Self::inner(hidden), Self::inner(weight), Self::int_inner(targets), chunk)
-            .map(Self::from_inner)
     }
 }
 
@@ -219,25 +223,20 @@ pub(crate) fn composed_rows<B: Backend>(
     (softmax.row_nll.reshape([rows]).into_primitive().tensor(), grad)
 }
 
-/// [`LmHeadLossOps::lm_head_loss_grads`] on `Tensor`s: `(loss, grad_hidden, grad_weight)`.
-pub(crate) fn lm_head_loss_grads<B: LmHeadLossOps>(
+/// [`LmHeadLossOps::lm_head_loss`] on `Tensor`s.
+pub(crate) fn lm_head_loss<B: LmHeadLossOps>(
     hidden: Tensor<B, 2>,
     weight: Tensor<B, 2>,
     targets: Tensor<B, 1, Int>,
     chunk: usize,
-) -> (Tensor<B, 1>, Tensor<B, 2>, Tensor<B, 2>) {
-    let [loss, grad_hidden, grad_weight] = B::lm_head_loss_grads(
+) -> Tensor<B, 1> {
+    let loss = B::lm_head_loss(
         hidden.into_primitive().tensor(),
         weight.into_primitive().tensor(),
         targets.into_primitive(),
         chunk,
     );
-    let float = |tensor| TensorPrimitive::Float(tensor);
-    (
-        Tensor::from_primitive(float(loss)),
-        Tensor::from_primitive(float(grad_hidden)),
-        Tensor::from_primitive(float(grad_weight)),
-    )
+    Tensor::from_primitive(TensorPrimitive::Float(loss))
 }
 
 /// [`LmHeadLossOps::lm_head_token_losses`] on `Tensor`s.
