@@ -226,6 +226,10 @@ impl<B: ChunkedConv> GemmOps for Lean<B> {
         B::gemm(lhs, rhs)
     }
 
+    fn gemm_transposed(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>, transposed: [bool; 2]) -> FloatTensor<Self> {
+        B::gemm_transposed(lhs, rhs, transposed)
+    }
+
     fn gemm_bias(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>, bias: FloatTensor<Self>) -> FloatTensor<Self> {
         B::gemm_bias(lhs, rhs, bias)
     }

@@ -15,6 +15,7 @@ use burn_backend::tensor::FloatTensor;
 use burn_backend::{DType, TensorMetadata};
 
 use super::{attention_workspace, AttentionOps};
+use crate::backend::gemm::{gemm_transposed, GemmOps};
 
 /// Query rows `start .. start + rows`, which attend to keys `0 .. keys`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -77,8 +78,8 @@ pub(crate) fn blocks(queries: usize, keys: usize, causal: bool, scores: usize, g
 
 /// The scores of `block`: `[b, h, rows, block keys]`, from the whole query, already
 /// scaled, and key (unmasked: the block's softmax op masks them).
-fn scores<B: Backend>(scaled_query: &Tensor<B, 4>, key: &Tensor<B, 4>, block: Block) -> Tensor<B, 4> {
-    block_rows(scaled_query, block).matmul(seen_keys(key, block).swap_dims(2, 3))
+fn scores<B: GemmOps>(scaled_query: &Tensor<B, 4>, key: &Tensor<B, 4>, block: Block) -> Tensor<B, 4> {
+    gemm_transposed(block_rows(scaled_query, block), seen_keys(key, block), [false, true])
 }
 
 /// The causal diagonal of `block` of a `queries`-row attention over `keys` keys: row
@@ -271,7 +272,7 @@ pub(crate) fn backward<B: AttentionOps>(
     let mut grad_query = Vec::new();
     for &block in blocks.iter().rev() {
         let grad_block = block_rows(&grad, block);
-        let grad_probabilities = grad_block.clone().matmul(seen_keys(&value, block).swap_dims(2, 3));
+        let grad_probabilities = gemm_transposed(grad_block.clone(), seen_keys(&value, block), [false, true]);
         // Δ = rowsum(dO ∘ O), the softmax's backward term per query row, from the block's
         // rows inside the op.
         let (probabilities, grad_scores) = block_softmax_grad(
@@ -281,12 +282,12 @@ pub(crate) fn backward<B: AttentionOps>(
             grad_probabilities,
             diagonal(block, queries, keys, causal),
         );
-        let grad_value_part = probabilities.swap_dims(2, 3).matmul(grad_block);
+        let grad_value_part = gemm_transposed(probabilities, grad_block, [true, false]);
         grad_value = Some(add_to_first_keys(grad_value, to_f32(grad_value_part)));
         // s = (scale·q)·kᵀ: ds/dk = scale·q (the scaled query), ds/dq = scale·k (the
         // scale applied once, to the whole query gradient).
         grad_query.push(grad_scores.clone().matmul(seen_keys(&key, block)));
-        let grad_key_part = grad_scores.swap_dims(2, 3).matmul(block_rows(&scaled, block));
+        let grad_key_part = gemm_transposed(grad_scores, block_rows(&scaled, block), [true, false]);
         grad_key = Some(add_to_first_keys(grad_key, to_f32(grad_key_part)));
     }
     grad_query.reverse();

@@ -38,7 +38,7 @@ use burn::backend::NdArray;
 use burn::tensor::ops::AttentionModuleOptions;
 use burn::tensor::{Tensor, TensorPrimitive};
 use burn_backend::tensor::FloatTensor;
-use burn_backend::{Backend, DType, TensorMetadata};
+use burn_backend::{DType, TensorMetadata};
 
 pub use packed::lean_attention_packed;
 pub(crate) use packed::split_packed_heads;
@@ -66,8 +66,9 @@ pub fn set_attention_workspace(bytes: usize) {
     WORKSPACE.store(bytes.max(1), Ordering::Relaxed);
 }
 
-/// A backend with leanburn's attention; see the [module docs](self).
-pub trait AttentionOps: Backend {
+/// A backend with leanburn's attention; see the [module docs](self). Its products in
+/// blocks are the backend's GEMMs.
+pub trait AttentionOps: GemmOps {
     /// softmax(QKᵀ/√d)·V over `[batch, heads, seq, head_dim]` tensors, causal (each query
     /// sees keys at or before it, aligned at the bottom right as Burn's) when `causal`.
     fn lean_attention(

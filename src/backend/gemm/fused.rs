@@ -13,7 +13,7 @@ use burn_fusion::{Fusion, FusionBackend, FusionRuntime};
 use burn_ir::{CustomOpIr, HandleContainer};
 
 use super::layout::output_shape;
-use super::{gemm_fused_adds, leading_ones, GemmOps};
+use super::{gemm_fused_adds, leading_ones, transposed_where, GemmOps};
 use crate::backend::custom_op::queue_custom;
 use crate::backend::switch::{env_is, Switch};
 
@@ -22,6 +22,8 @@ struct QueuedGemm<B> {
     desc: CustomOpIr,
     /// What a third input is: `lhs · rhs + input`'s bias or sum.
     addend: Addend,
+    /// Whether `lhs` and `rhs` are multiplied transposed (their last two dimensions).
+    transposed: [bool; 2],
     _backend: PhantomData<B>,
 }
 
@@ -39,7 +41,8 @@ impl<B: FusionBackend + GemmOps> Operation<B::FusionRuntime> for QueuedGemm<B> {
     fn execute(&self, handles: &mut HandleContainer<<B::FusionRuntime as FusionRuntime>::FusionHandle>) {
         #[cfg(test)]
         EXECUTED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let [lhs, rhs] = [0, 1].map(|i| handles.get_float_tensor::<B>(&self.desc.inputs[i]));
+        let operands = [0, 1].map(|i| handles.get_float_tensor::<B>(&self.desc.inputs[i]));
+        let [lhs, rhs] = transposed_where::<B>(operands, self.transposed);
         let product = match self.addend {
             Addend::None => B::gemm(lhs, rhs),
             Addend::Bias => B::gemm_bias(lhs, rhs, handles.get_float_tensor::<B>(&self.desc.inputs[2])),
@@ -55,15 +58,24 @@ impl<B: FusionBackend + GemmOps> GemmOps for Fusion<B> {
     }
 
     fn gemm(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>) -> FloatTensor<Self> {
+        Self::gemm_transposed(lhs, rhs, [false, false])
+    }
+
+    /// One custom operation that takes the transposed views of its operands itself.
+    fn gemm_transposed(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>, transposed: [bool; 2]) -> FloatTensor<Self> {
         let queued = Self::vendor_gemm(lhs.client.device());
-        let shape = output_shape(lhs.shape.as_slice(), rhs.shape.as_slice());
-        match shape {
+        let lhs_dims = viewed(lhs.shape.as_slice(), transposed[0]);
+        let rhs_dims = viewed(rhs.shape.as_slice(), transposed[1]);
+        match output_shape(&lhs_dims, &rhs_dims) {
             Some(shape) if queued && lhs.dtype == rhs.dtype => {
                 let output = (Shape::from(shape), lhs.dtype);
-                queue_gemm_op::<B>("leanburn_gemm", vec![lhs, rhs], output, Addend::None)
+                queue_gemm_op::<B>("leanburn_gemm", vec![lhs, rhs], output, (Addend::None, transposed))
             }
             // Fusion's matmul, which also says what is wrong with shapes that do not multiply.
-            _ => <Self as FloatTensorOps<Self>>::float_matmul(lhs, rhs),
+            _ => {
+                let [lhs, rhs] = transposed_where::<Self>([lhs, rhs], transposed);
+                <Self as FloatTensorOps<Self>>::float_matmul(lhs, rhs)
+            }
         }
     }
 
@@ -76,7 +88,7 @@ impl<B: FusionBackend + GemmOps> GemmOps for Fusion<B> {
         match shape {
             Some(shape) if epilogue && same_type && bias.shape.as_slice() == [shape[shape.len() - 1]] => {
                 let output = (Shape::from(shape), lhs.dtype);
-                queue_gemm_op::<B>("leanburn_gemm_bias", vec![lhs, rhs, bias], output, Addend::Bias)
+                queue_gemm_op::<B>("leanburn_gemm_bias", vec![lhs, rhs, bias], output, (Addend::Bias, [false; 2]))
             }
             _ => {
                 let rank = lhs.shape.num_dims();
@@ -95,23 +107,38 @@ impl<B: FusionBackend + GemmOps> GemmOps for Fusion<B> {
         match shape {
             Some(shape) if fused && same_type && sum.shape.as_slice() == shape.as_slice() => {
                 let output = (Shape::from(shape), lhs.dtype);
-                queue_gemm_op::<B>("leanburn_gemm_accumulate", vec![lhs, rhs, sum], output, Addend::Sum)
+                queue_gemm_op::<B>("leanburn_gemm_accumulate", vec![lhs, rhs, sum], output, (Addend::Sum, [false; 2]))
             }
             _ => <Self as FloatTensorOps<Self>>::float_add(sum, Self::gemm(lhs, rhs)),
         }
     }
 }
 
-/// One queued GEMM of `inputs` (`lhs`, `rhs`, and the addend's tensor, if any) into `output`.
+/// One queued GEMM of `inputs` (`lhs`, `rhs`, and the addend's tensor, if any) into
+/// `output`, the operands transposed where the flags say.
 fn queue_gemm_op<B: FusionBackend + GemmOps>(
     name: &'static str,
     inputs: Vec<FloatTensor<Fusion<B>>>,
     output: (Shape, burn_backend::DType),
-    addend: Addend,
+    (addend, transposed): (Addend, [bool; 2]),
 ) -> FloatTensor<Fusion<B>> {
-    let [product] =
-        queue_custom::<B, _, 1>(name, inputs, [output], |desc| QueuedGemm::<B> { desc, addend, _backend: PhantomData });
+    let [product] = queue_custom::<B, _, 1>(name, inputs, [output], |desc| QueuedGemm::<B> {
+        desc,
+        addend,
+        transposed,
+        _backend: PhantomData,
+    });
     product
+}
+
+/// `dims` with the last two swapped where `transposed`.
+fn viewed(dims: &[usize], transposed: bool) -> Vec<usize> {
+    let mut dims = dims.to_vec();
+    let rank = dims.len();
+    if transposed && rank >= 2 {
+        dims.swap(rank - 2, rank - 1);
+    }
+    dims
 }
 
 /// Queued GEMMs executed, for the tests' control.

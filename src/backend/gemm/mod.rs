@@ -53,6 +53,15 @@ pub trait GemmOps: Backend {
         Self::float_matmul(lhs, rhs)
     }
 
+    /// `op(lhs) · op(rhs)`, `op` the transpose of the last two dimensions where `transposed`
+    /// (`[lhs, rhs]`) says: [`Self::gemm`] on the transposed views. Where a fused backend
+    /// queues its GEMMs (CUDA), the views are taken inside the queued operation, so a
+    /// transposed operand costs no operation of its own on the fusion stream.
+    fn gemm_transposed(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>, transposed: [bool; 2]) -> FloatTensor<Self> {
+        let [lhs, rhs] = transposed_where::<Self>([lhs, rhs], transposed);
+        Self::gemm(lhs, rhs)
+    }
+
     /// `lhs · rhs + bias`, `bias` `[n]` added to every row of the product: [`Self::gemm`]
     /// then Burn's add, or, where [`gemm_fused_adds`] and cuBLASLt take the operands,
     /// one cuBLASLt call that adds the bias in its epilogue.
@@ -83,6 +92,28 @@ pub(crate) fn gemm<B: GemmOps, const D: usize>(lhs: Tensor<B, D>, rhs: Tensor<B,
     Tensor::from_primitive(TensorPrimitive::Float(product))
 }
 
+/// [`GemmOps::gemm_transposed`] on `Tensor`s.
+pub(crate) fn gemm_transposed<B: GemmOps, const D: usize>(
+    lhs: Tensor<B, D>,
+    rhs: Tensor<B, D>,
+    transposed: [bool; 2],
+) -> Tensor<B, D> {
+    let product = B::gemm_transposed(lhs.into_primitive().tensor(), rhs.into_primitive().tensor(), transposed);
+    Tensor::from_primitive(TensorPrimitive::Float(product))
+}
+
+/// `tensors` with their last two dimensions swapped where `transposed` says.
+fn transposed_where<B: Backend>(tensors: [FloatTensor<B>; 2], transposed: [bool; 2]) -> [FloatTensor<B>; 2] {
+    let mut flags = transposed.into_iter();
+    tensors.map(|tensor| match flags.next() {
+        Some(true) => {
+            let rank = tensor.shape().num_dims();
+            B::float_swap_dims(tensor, rank - 2, rank - 1)
+        }
+        _ => tensor,
+    })
+}
+
 /// [`GemmOps::gemm_accumulate`] on `Tensor`s: `sum + lhs · rhs`.
 pub(crate) fn gemm_accumulate<B: GemmOps, const D: usize>(
     sum: Tensor<B, D>,
@@ -111,7 +142,7 @@ pub(crate) fn linear<B: GemmOps>(
 /// Burn's `linear_x_backward`: `output_grad · weightᵀ`, the transpose a view.
 pub(crate) fn linear_x_backward<B: GemmOps>(weight: FloatTensor<B>, output_grad: FloatTensor<B>) -> FloatTensor<B> {
     let rank = output_grad.shape().num_dims();
-    B::gemm(output_grad, leading_ones::<B>(B::float_swap_dims(weight, 0, 1), rank))
+    B::gemm_transposed(output_grad, leading_ones::<B>(weight, rank), [false, true])
 }
 
 /// Burn's `linear_weight_backward`: `xᵀ · output_grad` over all leading dimensions at once
@@ -122,7 +153,7 @@ pub(crate) fn linear_weight_backward<B: GemmOps>(x: FloatTensor<B>, output_grad:
         let width = shape[shape.num_dims() - 1];
         B::float_reshape(tensor, Shape::new([shape.num_elements() / width.max(1), width]))
     };
-    B::gemm(B::float_swap_dims(rows(x), 0, 1), rows(output_grad))
+    B::gemm_transposed(rows(x), rows(output_grad), [true, false])
 }
 
 /// `tensor` with size-1 dimensions put in front up to `rank`.

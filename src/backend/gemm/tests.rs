@@ -309,6 +309,26 @@ fn the_queued_gemm_equals_fusions_matmul_on_wgpu() {
     assert!(super::fused::EXECUTED.load(Ordering::Relaxed) >= executed + 2, "the custom operation did not run");
 }
 
+/// The queued GEMM takes its operands' transposes itself (`gemm_transposed`: no swap on
+/// the fusion stream) and equals Fusion's matmul of the swapped views, on the products of
+/// the test above; the controls: the custom operation ran (a flag it ignored would leave
+/// shapes that do not multiply, and Fusion's matmul would refuse them).
+#[test]
+fn the_queued_gemm_takes_transposed_operands_on_wgpu() {
+    use burn::backend::Wgpu;
+    type B = Wgpu;
+    let device = Default::default();
+    let executed = super::fused::EXECUTED.load(Ordering::Relaxed);
+    let lhs_stored = random::<B, 3>([2, 5, 7], &device);
+    let rhs_stored = random::<B, 3>([1, 9, 5], &device);
+    let reference = values(lhs_stored.clone().swap_dims(1, 2).matmul(rhs_stored.clone().swap_dims(1, 2)));
+    QUEUE_GEMM.with(|queue| queue.set(true));
+    let queued = values(super::gemm_transposed(lhs_stored, rhs_stored, [true, true]));
+    QUEUE_GEMM.with(|queue| queue.set(false));
+    assert!(largest_difference(&queued, &reference) < 1e-4, "the transposed queued GEMM differs");
+    assert!(super::fused::EXECUTED.load(Ordering::Relaxed) > executed, "the custom operation did not run");
+}
+
 /// The queued GEMM with a bias (one custom operation, as where cuBLASLt adds the bias in
 /// its epilogue; on wgpu the inner backend's GEMM and add) equals Burn's linear layer; the controls: the operation ran, and the same
 /// product without the bias differs by more than the tolerance.
