@@ -198,9 +198,13 @@ fn seen_keys<B: Backend>(tensor: &Tensor<B, 4>, block: Block) -> Tensor<B, 4> {
     tensor.clone().slice([0..batch, 0..heads, 0..block.keys, 0..dim])
 }
 
-/// The block's query rows of a `[b, h, queries, n]` tensor.
+/// The block's query rows of a `[b, h, queries, n]` tensor (the tensor itself where the
+/// block holds them all: no slice operation).
 fn block_rows<B: Backend>(tensor: &Tensor<B, 4>, block: Block) -> Tensor<B, 4> {
-    let [batch, heads, _, n] = tensor.dims();
+    let [batch, heads, queries, n] = tensor.dims();
+    if block.rows() == (0..queries) {
+        return tensor.clone();
+    }
     tensor.clone().slice([0..batch, 0..heads, block.rows(), 0..n])
 }
 
