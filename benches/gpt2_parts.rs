@@ -145,7 +145,9 @@ enum Part {
     Gemm,
     Attention,
     Step,
-    /// Kernels launched per full step (CubeCL backends): CubeCL's execution log, counted.
+    /// Kernels launched and Burn's fusion operations executed per full step (CubeCL
+    /// backends): CubeCL's execution log and Burn's fusion log, counted. Both logs stay on
+    /// for the whole run: time the other parts in a run without this one.
     Kernels,
     /// `Lean`'s GEMMs (cuBLASLt on CUDA) against the backend's own matmul and a host
     /// reference, and one step with and without them (`gpt2_parts/gemm_check.rs`); not timed.

@@ -39,7 +39,8 @@ fn scaled<B: Backend>(grad: FloatTensor<B>, factor: FloatTensor<B>) -> FloatTens
     B::float_mul(grad, B::float_reshape(factor, ones))
 }
 
-/// The loss one node (the gradients computed by `B` with it); the gradients alone, values.
+/// The loss as one node keeping the gradients `B` computed with it; the gradients alone as
+/// values, without a graph.
 impl<B: LmHeadLossOps, C: CheckpointStrategy> LmHeadLossOps for Autodiff<B, C> {
     fn lm_head_loss(
         hidden: FloatTensor<Self>,
