@@ -15,6 +15,7 @@ use burn_std::config::fusion::FusionLogLevel;
 use burn_std::config::BurnConfig;
 use cubecl::config::profiling::ProfilingLogLevel;
 use cubecl::config::{CubeClRuntimeConfig, RuntimeConfig};
+use leanburn::backend::{gemm_operand_copies, vendor_gemm, VendorGemm};
 use leanburn::model::Gpt2Config;
 use leanburn::trainer::ForwardLoss;
 use leanburn::TrainBackend;
@@ -139,9 +140,11 @@ pub fn count<B: TrainBackend>(args: &Args, config: &Gpt2Config, seq: usize, devi
     let (model, mut optimizer, host) = super::training::<B>(args, config, seq, device);
     let mut model = Some(model);
     let (mut kernels, mut optimizer_kernels, mut operations) = (Tally::default(), Tally::default(), Tally::default());
+    let mut copies = Vec::new();
     for rep in 0..args.warmup + args.reps {
         B::sync(device).expect("device sync");
         let (before, operations_before) = (launches().len(), fusion_operations().len());
+        let copies_before = gemm_operand_copies();
         let current = model.take().expect("the model is put back every step");
         let grads = current.forward_loss(host.to_device::<B>(device)).backward();
         let grads = GradientsParams::from_grads(grads, &current);
@@ -154,6 +157,7 @@ pub fn count<B: TrainBackend>(args: &Args, config: &Gpt2Config, seq: usize, devi
             kernels.add(&logged[before..]);
             optimizer_kernels.add(&logged[before_optimizer..]);
             operations.add(&fusion_operations()[operations_before..]);
+            copies.push(gemm_operand_copies() - copies_before);
         }
     }
     println!(
@@ -165,6 +169,15 @@ pub fn count<B: TrainBackend>(args: &Args, config: &Gpt2Config, seq: usize, devi
     print_frequent("kernel (last step's optimizer)", "launches", optimizer_kernels.last_step);
     println!("fusion operations executed per full step: {}\n", operations.summary());
     print_frequent("fusion operation (last step)", "count", operations.last_step);
+    copies.sort_unstable();
+    println!(
+        "GEMM operands copied contiguous for cuBLASLt per full step ({}): {} (every step: {copies:?})\n",
+        match vendor_gemm() {
+            VendorGemm::CublasLt { .. } => "the copies its calls made",
+            VendorGemm::CubeCl(_) => "without it, the copies its layouts would need for the same products",
+        },
+        copies.get(copies.len() / 2).copied().unwrap_or(0),
+    );
     // Counted: the logs are not left behind in the temporary directory (CubeCL and Burn
     // may go on writing to them, unlinked, for the parts after this one).
     let _ = std::fs::remove_file(log_file());

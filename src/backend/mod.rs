@@ -95,8 +95,8 @@ pub use embedding::EmbeddingOps;
 pub use gelu::{exact_gelu, gelu_derivative, GeluOps};
 pub(crate) use gemm::gemm;
 pub use gemm::{
-    f32_gemm, gemm_fused_adds, gemm_order, set_f32_gemm, set_gemm_fused_adds, set_gemm_order, set_vendor_gemm,
-    vendor_gemm, F32Gemm, GemmOps, GemmOrder, VendorGemm,
+    f32_gemm, gemm_fused_adds, gemm_operand_copies, gemm_order, set_f32_gemm, set_gemm_fused_adds, set_gemm_order,
+    set_vendor_gemm, vendor_gemm, F32Gemm, GemmOps, GemmOrder, VendorGemm,
 };
 pub use layer_norm::{layer_norm, LayerNormOps};
 pub use lm_head_loss::LmHeadLossOps;

@@ -9,7 +9,7 @@ use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
 use burn::backend::Autodiff;
 use burn_backend::tensor::FloatTensor;
 
-use super::packed::{pack_heads, split_heads};
+use super::packed::pack_heads;
 use super::AttentionOps;
 
 /// What the backward pass needs: q, k, v, the output, each row's log-sum-exp, causality.
@@ -58,7 +58,7 @@ impl<B: AttentionOps, C: CheckpointStrategy> AttentionOps for Autodiff<B, C> {
     fn lean_attention_packed(qkv: FloatTensor<Self>, layout: [usize; 3], causal: bool) -> FloatTensor<Self> {
         match PackedAttentionBackward.prepare::<C>([qkv.node.clone()]).compute_bound().stateful() {
             OpsKind::Tracked(prep) => {
-                let [query, key, value] = split_heads::<B>(qkv.primitive, layout);
+                let [query, key, value] = B::lean_attention_heads(qkv.primitive, layout);
                 let (output, lse) = B::lean_attention_forward(query.clone(), key.clone(), value.clone(), causal);
                 let state = ((query, key, value, output.clone(), lse, causal), layout);
                 prep.finish(state, output)

@@ -87,8 +87,18 @@ pub trait AttentionOps: GemmOps {
     /// the three as views of `qkv` into `lean_attention`; under `Autodiff` one node whose
     /// backward writes `qkv`'s gradient as one tensor (`src/backend/attention/packed.rs`).
     fn lean_attention_packed(qkv: FloatTensor<Self>, layout: [usize; 3], causal: bool) -> FloatTensor<Self> {
-        let [query, key, value] = packed::split_heads::<Self>(qkv, layout);
+        let [query, key, value] = Self::lean_attention_heads(qkv, layout);
         Self::lean_attention(query, key, value, causal)
+    }
+
+    /// q, k and v `[batch, heads, seq, head_dim]` of the packed `qkv` (`[batch, seq, heads]`
+    /// in `layout`), as [`lean_attention_packed`](Self::lean_attention_packed) passes them
+    /// to the attention (and its autodiff node keeps them for the backward pass). By
+    /// default views of `qkv` (the kernels and Burn's matmuls read strides); `Lean` copies
+    /// them contiguous once where its products are the vendor's GEMM, which would
+    /// otherwise copy them for each product.
+    fn lean_attention_heads(qkv: FloatTensor<Self>, layout: [usize; 3]) -> [FloatTensor<Self>; 3] {
+        packed::split_heads::<Self>(qkv, layout)
     }
 
     /// The forward pass a backward pass will follow: the output `[batch, heads, rows,
@@ -185,6 +195,13 @@ fn on_kernels<B: AttentionOps + GemmOps>(query: &FloatTensor<B>, key: &FloatTens
     kernel_inputs([dims(query), dims(key), dims(value)], [query.dtype(), key.dtype(), value.dtype()], fused)
 }
 
+/// Whether `Lean<B>` runs the attention's products, for inputs of `dtype` and `head_dim`
+/// on `device`, in blocks on the vendor's GEMM (whose batched products need each operand's
+/// batch to step through one stride).
+fn blocks_on_vendor_gemm<B: AttentionOps>(device: &B::Device, dtype: DType, head_dim: usize) -> bool {
+    B::vendor_gemm(device) && !(attention_path(true) == AttentionPath::Kernels && B::fused_attention(dtype, head_dim))
+}
+
 /// `B`'s fused kernels, or blocks on `Lean`'s GEMMs: see [`AttentionPath`].
 impl<B: ChunkedConv + AttentionOps> AttentionOps for Lean<B> {
     fn lean_attention(
@@ -194,6 +211,20 @@ impl<B: ChunkedConv + AttentionOps> AttentionOps for Lean<B> {
         causal: bool,
     ) -> FloatTensor<Self> {
         B::lean_attention(query, key, value, causal)
+    }
+
+    /// Without autodiff `lean_attention` is `B`'s (Burn's attention op), which reads the
+    /// views: no copy.
+    fn lean_attention_packed(qkv: FloatTensor<Self>, layout: [usize; 3], causal: bool) -> FloatTensor<Self> {
+        B::lean_attention_packed(qkv, layout, causal)
+    }
+
+    fn lean_attention_heads(qkv: FloatTensor<Self>, layout: [usize; 3]) -> [FloatTensor<Self>; 3] {
+        let head_dim = qkv.shape().dims::<2>()[1] / 3 / layout[2].max(1);
+        match blocks_on_vendor_gemm::<B>(&B::float_device(&qkv), qkv.dtype(), head_dim) {
+            true => packed::contiguous_heads::<Self>(qkv, layout),
+            false => packed::split_heads::<Self>(qkv, layout),
+        }
     }
 
     fn lean_attention_forward(
@@ -222,6 +253,15 @@ impl<B: ChunkedConv + AttentionOps> AttentionOps for Lean<B> {
         if lse.shape().num_dims() == 2 {
             return B::lean_attention_backward(query, key, value, output, lse, grad, causal);
         }
+        // The output's gradient is read by two products: one copy, not one for each, where
+        // it is a strided view (the GPT-2 model's heads swapped back from token rows).
+        let head_dim = query.shape().dims::<4>()[3];
+        let grad = match blocks_on_vendor_gemm::<B>(&B::float_device(&grad), grad.dtype(), head_dim) {
+            true => packed::contiguous(Tensor::<Self, 4>::from_primitive(TensorPrimitive::Float(grad)))
+                .into_primitive()
+                .tensor(),
+            false => grad,
+        };
         blocked::backward_within_workspace::<Self>(query, key, value, output, lse, grad, causal)
     }
 

@@ -31,6 +31,34 @@ pub(crate) fn split_heads<B: Backend>(qkv: FloatTensor<B>, layout: [usize; 3]) -
     split_packed_heads(qkv, layout).map(|part| part.into_primitive().tensor())
 }
 
+/// q, k and v `[batch, heads, seq, head_dim]`, each contiguous, from the packed `qkv`
+/// `[batch · seq, 3 · heads · head_dim]`: one copy of the whole into `[3, batch, heads,
+/// seq, head_dim]`, the three its slices (views of the copy). A batched GEMM whose batch
+/// must step through one stride (cuBLASLt's) takes them as they are, where the views of
+/// [`split_heads`] (batch and heads apart by other strides than one flat index's) would be
+/// copied for every product that reads them: in the attention in blocks, k and v in the
+/// forward pass and k twice and v once more in the backward.
+pub(crate) fn contiguous_heads<B: Backend>(
+    qkv: FloatTensor<B>,
+    [batch, seq, heads]: [usize; 3],
+) -> [FloatTensor<B>; 3] {
+    let qkv = Tensor::<B, 2>::from_primitive(TensorPrimitive::Float(qkv));
+    let head_dim = qkv.dims()[1] / 3 / heads;
+    // `[3, batch, heads, seq, head_dim]` as a view; merging its first two dimensions
+    // copies it (no strides express the merge), then q, k and v are its three slices.
+    let heads_first = qkv.reshape([batch, seq, 3, heads, head_dim]).permute([2, 0, 3, 1, 4]);
+    let copied: Tensor<B, 4> = heads_first.reshape([3 * batch, heads, seq, head_dim]);
+    [0, 1, 2].map(|part| copied.clone().slice([part * batch..(part + 1) * batch]).into_primitive().tensor())
+}
+
+/// `tensor` with contiguous row-major strides: one copy where it is a strided view, none
+/// where it is already contiguous (a reshape copies exactly when the strides do not allow
+/// a view, on every backend leanburn runs).
+pub(crate) fn contiguous<B: Backend, const D: usize>(tensor: Tensor<B, D>) -> Tensor<B, D> {
+    let dims = tensor.dims();
+    tensor.reshape([dims.iter().product::<usize>()]).reshape(dims)
+}
+
 /// The packed `[batch · seq, 3 · d]` tensor of q, k and v heads `[batch, heads, seq,
 /// head_dim]` (their gradients, in the backward pass): one concatenation.
 pub(crate) fn pack_heads<B: Backend>(parts: [FloatTensor<B>; 3], [batch, seq, _]: [usize; 3]) -> FloatTensor<B> {
@@ -74,8 +102,10 @@ mod tests {
     use rand::rngs::SmallRng;
     use rand::{Rng, SeedableRng};
 
-    use super::lean_attention_packed;
+    use super::{lean_attention_packed, split_packed_heads};
+    use crate::backend::gemm::tests::{COPIES_HERE, QUEUE_GEMM, VENDOR_LAYOUTS};
     use crate::backend::{lean_attention, AttentionOps, Lean};
+    use crate::device::CubeWgpu;
 
     /// `[batch, seq, heads, head_dim]`, causal or not.
     type Shape = ([usize; 4], bool);
@@ -130,6 +160,72 @@ mod tests {
             let packed = run::<B>(shape, true, false);
             assert!(packed == run::<B>(shape, false, false), "{shape:?}: packed differs from the slices");
             assert!(packed != run::<B>(shape, false, true), "{shape:?}: the control went unnoticed");
+        }
+    }
+
+    /// The output and `qkv`'s gradient as the GPT-2 model runs the packed attention: the
+    /// output read back in token rows (`[batch · seq, d]`, the heads swapped back), so
+    /// that its gradient arrives as a strided view; and the `GemmOps` operand copies
+    /// counted on this thread meanwhile. `packed` false: the three head views of `qkv`
+    /// into `lean_attention`, the control's layout.
+    fn run_in_rows<B: AutodiffBackend + AttentionOps>(
+        [batch, seq, heads, head_dim]: [usize; 4],
+        packed: bool,
+    ) -> ([Vec<f32>; 2], usize) {
+        let mut rng = SmallRng::seed_from_u64(0x71e);
+        let d = heads * head_dim;
+        let qkv = random::<B, 2>(&mut rng, [batch * seq, 3 * d]).require_grad();
+        let weight = random::<B, 2>(&mut rng, [batch * seq, d]);
+        COPIES_HERE.with(|here| here.set(0));
+        let output = if packed {
+            lean_attention_packed(qkv.clone(), [batch, seq], heads, true)
+        } else {
+            let [q, k, v] = split_packed_heads(qkv.clone(), [batch, seq, heads]);
+            lean_attention(q, k, v, true)
+        };
+        let rows = output.swap_dims(1, 2).reshape([batch * seq, d]);
+        let grads = (rows.clone() * weight).sum().backward();
+        let grad = qkv.grad(&grads).expect("qkv has a gradient");
+        let values = [rows.into_data().to_vec().unwrap(), grad.into_data().to_vec().unwrap()];
+        (values, COPIES_HERE.with(|here| here.get()))
+    }
+
+    /// Where the attention's products are the vendor's GEMM (on wgpu told so by the test;
+    /// CubeCL's matmul runs them), the packed node hands them contiguous q, k and v and
+    /// output gradient: none of their operands needs a copy for cuBLASLt through the
+    /// forward and backward passes, and output and gradient are those of the views within
+    /// 1e-5. The control: the three head views into `lean_attention`, whose products
+    /// would copy their keys, values and output gradient.
+    #[test]
+    fn packed_heads_need_no_copies_for_the_vendor_gemm() {
+        type B = Autodiff<Lean<CubeWgpu>>;
+        let shape = [2, 9, 3, 8];
+        VENDOR_LAYOUTS.with(|vendor| vendor.set(true));
+        let (packed, packed_copies) = run_in_rows::<B>(shape, true);
+        let (views, view_copies) = run_in_rows::<B>(shape, false);
+        VENDOR_LAYOUTS.with(|vendor| vendor.set(false));
+        assert_eq!(packed_copies, 0, "the packed attention's products copied operands");
+        assert!(view_copies >= 5, "the control: head views copied {view_copies} operands");
+        for (packed, views) in packed.iter().zip(&views) {
+            let worst = packed.iter().zip(views).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
+            assert!(worst <= 1e-5, "contiguous heads differ from the views by {worst}");
+        }
+    }
+
+    /// The same on the fused stack with its GEMMs queued as on CUDA (the copies made by
+    /// Fusion's reshape on its own thread, where this thread cannot count them): the
+    /// output and gradient equal the views' within 1e-5.
+    #[test]
+    fn packed_heads_on_the_queued_stack_equal_the_views() {
+        type B = Autodiff<Lean<Wgpu>>;
+        let shape = [2, 7, 2, 8];
+        QUEUE_GEMM.with(|queue| queue.set(true));
+        let (packed, _) = run_in_rows::<B>(shape, true);
+        let (views, _) = run_in_rows::<B>(shape, false);
+        QUEUE_GEMM.with(|queue| queue.set(false));
+        for (packed, views) in packed.iter().zip(&views) {
+            let worst = packed.iter().zip(views).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
+            assert!(worst <= 1e-5, "contiguous heads differ from the views by {worst}");
         }
     }
 

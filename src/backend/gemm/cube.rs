@@ -3,9 +3,11 @@
 
 use burn_backend::ops::FloatTensorOps;
 use burn_backend::tensor::FloatTensor;
+use burn_cubecl::tensor::CubeTensor;
 use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElement};
 
-use super::{leading_ones, GemmOps};
+use super::layout::{operand_copies, View};
+use super::{count_operand_copies, leading_ones, GemmOps};
 
 impl<R, F, I, BT> GemmOps for CubeBackend<R, F, I, BT>
 where
@@ -17,11 +19,10 @@ where
     fn vendor_gemm(device: &Self::Device) -> bool {
         let _ = device;
         #[cfg(feature = "cuda")]
-        {
-            super::cublaslt::serves::<R>()
+        if super::cublaslt::serves::<R>() {
+            return true;
         }
-        #[cfg(not(feature = "cuda"))]
-        false
+        vendor_layouts_in_test()
     }
 
     fn gemm(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>) -> FloatTensor<Self> {
@@ -33,6 +34,7 @@ where
             },
             false => (lhs, rhs),
         };
+        count_operand_copies(would_copy(&lhs, &rhs));
         <Self as FloatTensorOps<Self>>::float_matmul(lhs, rhs)
     }
 
@@ -60,4 +62,30 @@ where
         };
         <Self as FloatTensorOps<Self>>::float_add(sum, Self::gemm(lhs, rhs))
     }
+}
+
+/// The operands cuBLASLt would copy contiguous for `lhs · rhs` where CubeCL's matmul takes
+/// it (no cuBLASLt on this runtime or build, or it refused the product after its own
+/// copies, counted apart): 0 where even copies would not let cuBLASLt take it.
+fn would_copy<R: CubeRuntime>(lhs: &CubeTensor<R>, rhs: &CubeTensor<R>) -> usize {
+    #[cfg(feature = "cuda")]
+    if super::cublaslt::serves::<R>() {
+        return 0;
+    }
+    let lhs = View::new(lhs.meta.shape(), lhs.meta.strides());
+    let rhs = View::new(rhs.meta.shape(), rhs.meta.strides());
+    operand_copies(lhs, rhs).unwrap_or(0)
+}
+
+/// Whether a test asked this thread's CubeCL backends to say their GEMMs are the vendor's
+/// (CubeCL's matmul still runs them), so that the ops above take their cuBLASLt paths
+/// where the copies its layouts would need are counted on the test's own thread.
+#[cfg(test)]
+fn vendor_layouts_in_test() -> bool {
+    super::tests::VENDOR_LAYOUTS.with(|vendor| vendor.get())
+}
+
+#[cfg(not(test))]
+fn vendor_layouts_in_test() -> bool {
+    false
 }

@@ -27,7 +27,7 @@ use cudarc::driver::result as driver;
 use cudarc::driver::sys as driver_sys;
 
 use super::layout::{gemm_layout, output_shape, GemmLayout, LayoutRefusal, Operand, View};
-use super::{f32_gemm, gemm_order, gemm_tuning, tune, vendor_gemm_enabled, F32Gemm, GemmOrder};
+use super::{count_operand_copies, f32_gemm, gemm_order, gemm_tuning, tune, vendor_gemm_enabled, F32Gemm, GemmOrder};
 
 /// The most workspace one GEMM's algorithm may take (cuBLAS's recommendation for Hopper).
 const MAX_WORKSPACE_BYTES: usize = 32 << 20;
@@ -198,9 +198,11 @@ fn cuda_gemm(
         match gemm_layout(lhs_view, rhs_view) {
             Ok(layout) => break layout,
             Err(LayoutRefusal::LhsStrides | LayoutRefusal::LhsBatch) if !lhs.is_contiguous() => {
+                count_operand_copies(1);
                 lhs = into_contiguous(lhs)
             }
             Err(LayoutRefusal::RhsStrides | LayoutRefusal::RhsBatch) if !rhs.is_contiguous() => {
+                count_operand_copies(1);
                 rhs = into_contiguous(rhs)
             }
             Err(_) => return Err(Box::new((lhs, rhs, extra))),

@@ -154,10 +154,7 @@ fn operand(rows: usize, cols: usize, (row_stride, col_stride): (usize, usize), b
 /// Why `view`'s batch does not fold: `copy_helps` where a contiguous copy's would, else
 /// [`LayoutRefusal::Batch`].
 fn batch_refusal(batch_dims: &[usize], view: View<'_>, copy_helps: LayoutRefusal) -> LayoutRefusal {
-    let mut strides = vec![1; view.shape.len()];
-    for dim in (0..view.shape.len().saturating_sub(1)).rev() {
-        strides[dim] = strides[dim + 1] * view.shape[dim + 1];
-    }
+    let strides = contiguous_strides(view.shape);
     match batch_stride(batch_dims, View { shape: view.shape, strides: &strides }) {
         Some(_) => copy_helps,
         None => LayoutRefusal::Batch,
@@ -179,4 +176,38 @@ fn batch_stride(batch_dims: &[usize], view: View<'_>) -> Option<i64> {
         return None;
     }
     Some(stepped.last().map_or(0, |&(_, stride)| stride as i64))
+}
+
+/// How many operands of `lhs · rhs` the vendor's GEMM copies contiguous before it finds a
+/// layout, as `cublaslt`'s call does (the refused operand copied, the layout asked again):
+/// 0, 1 or 2; `None` where even contiguous copies have none (the backend's own matmul then
+/// takes the product).
+pub(crate) fn operand_copies(lhs: View<'_>, rhs: View<'_>) -> Option<usize> {
+    let (lhs_contiguous, rhs_contiguous) = (contiguous_strides(lhs.shape), contiguous_strides(rhs.shape));
+    let mut copied = [false; 2];
+    loop {
+        let lhs_view = if copied[0] { View { shape: lhs.shape, strides: &lhs_contiguous } } else { lhs };
+        let rhs_view = if copied[1] { View { shape: rhs.shape, strides: &rhs_contiguous } } else { rhs };
+        match gemm_layout(lhs_view, rhs_view) {
+            Ok(_) => return Some(copied.iter().filter(|&&copy| copy).count()),
+            Err(LayoutRefusal::LhsStrides | LayoutRefusal::LhsBatch) if !is_contiguous(lhs_view) => copied[0] = true,
+            Err(LayoutRefusal::RhsStrides | LayoutRefusal::RhsBatch) if !is_contiguous(rhs_view) => copied[1] = true,
+            Err(_) => return None,
+        }
+    }
+}
+
+/// Row-major contiguous strides of `shape`.
+fn contiguous_strides(shape: &[usize]) -> Vec<usize> {
+    let mut strides = vec![1; shape.len()];
+    for dim in (0..shape.len().saturating_sub(1)).rev() {
+        strides[dim] = strides[dim + 1] * shape[dim + 1];
+    }
+    strides
+}
+
+/// Whether `view` has row-major contiguous strides (Burn's test, which the copy before
+/// cuBLASLt's call asks: strict, dimensions of size 1 too).
+fn is_contiguous(view: View<'_>) -> bool {
+    view.strides == contiguous_strides(view.shape).as_slice()
 }

@@ -24,11 +24,12 @@ mod cublaslt;
 mod fused;
 pub(crate) mod layout;
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 #[cfg(feature = "cuda")]
 mod tune;
 
 use core::fmt;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
 use burn::backend::{Autodiff, Flex, NdArray};
@@ -273,6 +274,25 @@ pub fn f32_gemm() -> F32Gemm {
 /// Whether the vendor's GEMM is switched on (it may still be unavailable).
 pub(crate) fn vendor_gemm_enabled() -> bool {
     VENDOR.get(|| !env_is("LEANBURN_GEMM", "cubecl"))
+}
+
+static OPERAND_COPIES: AtomicUsize = AtomicUsize::new(0);
+
+/// Operands copied contiguous for cuBLASLt so far, process-wide: where it multiplies, the
+/// copies its call made (an operand with neither a unit row nor a unit column stride, or
+/// whose batch does not step through one stride, as attention's heads split from each
+/// row); on CubeCL backends without it (CubeCL's matmul, e.g. on wgpu), the copies its
+/// layouts would have needed for the same products. A diagnostic of a step's memory
+/// traffic beside its kernels: `gpt2_parts --parts kernels` prints it per step.
+pub fn gemm_operand_copies() -> usize {
+    OPERAND_COPIES.load(Ordering::Relaxed)
+}
+
+/// Counts `copies` more [`gemm_operand_copies`].
+pub(crate) fn count_operand_copies(copies: usize) {
+    OPERAND_COPIES.fetch_add(copies, Ordering::Relaxed);
+    #[cfg(test)]
+    tests::COPIES_HERE.with(|here| here.set(here.get() + copies));
 }
 
 /// Which GEMM leanburn's ops run on CUDA devices, and why.

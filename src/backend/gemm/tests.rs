@@ -17,13 +17,19 @@ use burn_backend::ops::{FloatTensorOps, ModuleOps};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
-use super::layout::{gemm_layout, output_shape, GemmLayout, LayoutRefusal, Operand, View};
+use super::layout::{gemm_layout, operand_copies, output_shape, GemmLayout, LayoutRefusal, Operand, View};
 use super::{linear, linear_weight_backward, linear_x_backward, GemmOps};
 
 thread_local! {
     /// Set by a test to take the Fusion custom operation on a backend without the vendor's
     /// GEMM (`fused.rs`).
-    pub(super) static QUEUE_GEMM: Cell<bool> = const { Cell::new(false) };
+    pub(crate) static QUEUE_GEMM: Cell<bool> = const { Cell::new(false) };
+    /// Set by a test to have this thread's CubeCL backends say their GEMMs are the
+    /// vendor's (`cube.rs`).
+    pub(crate) static VENDOR_LAYOUTS: Cell<bool> = const { Cell::new(false) };
+    /// The operand copies counted on this thread ([`super::gemm_operand_copies`]'s share):
+    /// what a test reads where other tests multiply at the same time.
+    pub(crate) static COPIES_HERE: Cell<usize> = const { Cell::new(0) };
 }
 
 /// A strided view over a flat buffer.
@@ -453,4 +459,37 @@ fn the_library_probe_says_what_it_tried_and_what_it_found() {
         assert!(matches!(super::vendor_gemm(), super::VendorGemm::CubeCl(_)));
         assert!(super::vendor_gemm().to_string().starts_with("Lean's GEMMs on CubeCL's matmul ("));
     }
+}
+
+/// The operands cuBLASLt's call would copy, by the layouts above: none for contiguous and
+/// transposed operands, one for each head view whose batch and heads have other strides than
+/// one flat index's (`[b, t, h, d]` viewed as `[b, h, t, d]`), one for a matrix with no unit
+/// stride; `None` for a partly broadcast batch, which no copy lets cuBLASLt take.
+#[test]
+fn operand_copies_follow_the_layouts() {
+    let contiguous =
+        |shape: &[usize]| -> Vec<usize> { (0..shape.len()).map(|dim| shape[dim + 1..].iter().product()).collect() };
+    let copies = |lhs: (&[usize], &[usize]), rhs: (&[usize], &[usize])| {
+        operand_copies(View { shape: lhs.0, strides: lhs.1 }, View { shape: rhs.0, strides: rhs.1 })
+    };
+    let (b, h, t, d) = (2, 3, 5, 4);
+    let heads = [b, h, t, d];
+    // A head view of a packed [b·t, 3·h·d] buffer: b steps t·3hd, h steps d, t steps 3hd.
+    let head_view = [t * 3 * h * d, d, 3 * h * d, 1];
+    let keys_t = [b, h, d, t];
+    let keys_t_view = [t * 3 * h * d, d, 1, 3 * h * d];
+    let scores = [b, h, t, t];
+    assert_eq!(copies((&heads, &contiguous(&heads)), (&keys_t, &contiguous(&keys_t))), Some(0));
+    assert_eq!(copies((&heads, &contiguous(&heads)), (&keys_t, &keys_t_view)), Some(1), "a transposed head view");
+    assert_eq!(copies((&heads, &head_view), (&keys_t, &keys_t_view)), Some(2));
+    assert_eq!(copies((&scores, &contiguous(&scores)), (&heads, &head_view)), Some(1));
+    // The transpose of a contiguous tensor: unit row stride, no copy.
+    assert_eq!(
+        copies((&[b, t, d], &[t * d, 1, t]), (&[b, t, d][..], &[t * d, d, 1][..])),
+        None,
+        "shapes that do not multiply"
+    );
+    assert_eq!(copies((&[b, d, t], &[t * d, 1, d]), (&[b, t, d], &[t * d, d, 1])), Some(0), "a transposed view");
+    assert_eq!(copies((&[t, d], &[2 * d, 2]), (&[d, t], &[t, 1])), Some(1), "every other column");
+    assert_eq!(copies((&[2, 3, t, d], &contiguous(&[2, 3, t, d])), (&[2, 1, d, t], &contiguous(&[2, 1, d, t]))), None);
 }
