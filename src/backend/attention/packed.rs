@@ -190,6 +190,14 @@ mod tests {
         (values, COPIES_HERE.with(|here| here.get()))
     }
 
+    /// Output and gradient of the contiguous heads within 1e-5 of the views'.
+    fn assert_close(packed: &[Vec<f32>; 2], views: &[Vec<f32>; 2]) {
+        for (packed, views) in packed.iter().zip(views) {
+            let worst = packed.iter().zip(views).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
+            assert!(worst <= 1e-5, "contiguous heads differ from the views by {worst}");
+        }
+    }
+
     /// Where the attention's products are the vendor's GEMM (on wgpu told so by the test;
     /// CubeCL's matmul runs them), the packed node hands them contiguous q, k and v and
     /// output gradient: none of their operands needs a copy for cuBLASLt through the
@@ -206,10 +214,7 @@ mod tests {
         VENDOR_LAYOUTS.with(|vendor| vendor.set(false));
         assert_eq!(packed_copies, 0, "the packed attention's products copied operands");
         assert!(view_copies >= 5, "the control: head views copied {view_copies} operands");
-        for (packed, views) in packed.iter().zip(&views) {
-            let worst = packed.iter().zip(views).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
-            assert!(worst <= 1e-5, "contiguous heads differ from the views by {worst}");
-        }
+        assert_close(&packed, &views);
     }
 
     /// The same on the fused stack with its GEMMs queued as on CUDA (the copies made by
@@ -223,10 +228,7 @@ mod tests {
         let (packed, _) = run_in_rows::<B>(shape, true);
         let (views, _) = run_in_rows::<B>(shape, false);
         QUEUE_GEMM.with(|queue| queue.set(false));
-        for (packed, views) in packed.iter().zip(&views) {
-            let worst = packed.iter().zip(views).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
-            assert!(worst <= 1e-5, "contiguous heads differ from the views by {worst}");
-        }
+        assert_close(&packed, &views);
     }
 
     #[test]
