@@ -32,7 +32,7 @@ pub(crate) fn split_heads<B: Backend>(qkv: FloatTensor<B>, layout: [usize; 3]) -
 }
 
 /// q, k and v `[batch, heads, seq, head_dim]`, each contiguous, from the packed `qkv`
-/// `[batch · seq, 3 · heads · head_dim]`: one copy of the whole into `[3, batch, heads,
+/// `[batch · seq, 3 · heads · head_dim]`: one copy of the whole into `[3 · batch, heads,
 /// seq, head_dim]`, the three its slices (views of the copy). A batched GEMM whose batch
 /// must step through one stride (cuBLASLt's) takes them as they are, where the views of
 /// [`split_heads`] (batch and heads apart by other strides than one flat index's) would be
@@ -52,8 +52,8 @@ pub(crate) fn contiguous_heads<B: Backend>(
 }
 
 /// `tensor` with contiguous row-major strides: one copy where it is a strided view, none
-/// where it is already contiguous (a reshape copies exactly when the strides do not allow
-/// a view, on every backend leanburn runs).
+/// where it is already contiguous (on the CubeCL backends, where it is used, a reshape
+/// copies exactly when the strides do not allow a view).
 pub(crate) fn contiguous<B: Backend, const D: usize>(tensor: Tensor<B, D>) -> Tensor<B, D> {
     let dims = tensor.dims();
     tensor.reshape([dims.iter().product::<usize>()]).reshape(dims)

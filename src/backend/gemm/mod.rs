@@ -281,8 +281,8 @@ static OPERAND_COPIES: AtomicUsize = AtomicUsize::new(0);
 /// Operands copied contiguous for cuBLASLt so far, process-wide: where it multiplies, the
 /// copies its call made (an operand with neither a unit row nor a unit column stride, or
 /// whose batch does not step through one stride, as attention's heads split from each
-/// row); on CubeCL backends without it (CubeCL's matmul, e.g. on wgpu), the copies its
-/// layouts would have needed for the same products. A diagnostic of a step's memory
+/// row); for `Lean`'s GEMMs on CubeCL backends without it (CubeCL's matmul, e.g. on wgpu),
+/// the copies its layouts would have needed for the same products. A diagnostic of a step's memory
 /// traffic beside its kernels: `gpt2_parts --parts kernels` prints it per step.
 pub fn gemm_operand_copies() -> usize {
     OPERAND_COPIES.load(Ordering::Relaxed)
