@@ -26,7 +26,7 @@ pub(crate) fn cube_sum(value: f32, #[comptime] units: usize) -> f32 {
     result
 }
 
-/// The maximum of `row[base .. base + len]` (`len ≥ 1`) and `Σ exp(x − maximum)` over it,
+/// The maximum of `x = scale · row[base .. base + len]` (`len ≥ 1`) and `Σ exp(x − maximum)`,
 /// computed by the cube's `units` units together: each keeps a running maximum and a sum
 /// of exponentials rescaled to it over its strided share (one read of the row), then the
 /// pairs are combined in one halving pass in shared memory (half the barriers of a maximum
@@ -36,15 +36,16 @@ pub(crate) fn cube_softmax_stats<F: Float>(
     row: &Tensor<F>,
     base: usize,
     len: usize,
+    scale: f32,
     #[comptime] units: usize,
 ) -> (f32, f32) {
     // From the row's first value with nothing summed: a unit with no value of its own adds
     // nothing.
-    let mut largest = f32::cast_from(row[base]);
+    let mut largest = f32::cast_from(row[base]) * scale;
     let mut sum = 0.0f32;
     let mut i = UNIT_POS_X as usize;
     while i < len {
-        let (new_largest, new_sum) = absorb(largest, sum, f32::cast_from(row[base + i]));
+        let (new_largest, new_sum) = absorb(largest, sum, f32::cast_from(row[base + i]) * scale);
         largest = new_largest;
         sum = new_sum;
         i += units;

@@ -3,9 +3,10 @@
 //! than the forward cube's 64 units, one of GPT-2's 1,024 keys), causal diagonals and
 //! none, scores spread wide enough that an unshifted exponential would overflow, row
 //! statistics, outputs and output gradients read from a longer sequence's tensors by their
-//! strides (the gradient's heads split from each token's row, as GPT-2's), f32 and f16
-//! scores (f32 arithmetic). Controls: a diagonal one key off, a dropped log-sum-exp and a
-//! dropped output (`Δ` = 0) are caught.
+//! strides (the gradient's heads split from each token's row, as GPT-2's), softmax scales
+//! of `1/√head_dim` and random ones, f32 and f16 scores (f32 arithmetic). Controls: a
+//! diagonal one key off, a wrong scale, a dropped log-sum-exp and a dropped output (`Δ` =
+//! 0) are caught.
 
 mod common;
 
@@ -20,10 +21,10 @@ use rand::{Rng, SeedableRng};
 
 /// f32: |got − want| ≤ tolerance · (1 + |want|) for probabilities, score gradients and
 /// log-sum-exps (one f32 exponential of a shifted score, sums over at most 1,024 keys;
-/// seen: 8.6e-7, on scores spread over ±60).
+/// seen: 9.6e-7, on scores spread over ±60 and scales up to 1.9).
 const F32_TOLERANCE: f64 = 2e-6;
 /// f16 scores and outputs: the outputs' own rounding (2⁻¹¹ relative) dominates (seen:
-/// 1.7e-4).
+/// 2.4e-4).
 const F16_TOLERANCE: f64 = 5e-4;
 
 /// Rows of the sequence the statistics tensor holds past the block's: its row stride is
@@ -38,13 +39,18 @@ struct Case {
     keys: usize,
     head_dim: usize,
     diagonal: Option<usize>,
+    scale: f32,
     spread: f32,
 }
 
 impl Case {
     fn dims(&self) -> BlockDims {
-        let Case { batch, heads, rows, keys, diagonal, .. } = *self;
-        BlockDims { batch_heads: batch * heads, heads, rows, keys, diagonal }
+        let Case { batch, heads, rows, keys, diagonal, scale, .. } = *self;
+        BlockDims { batch_heads: batch * heads, heads, rows, keys, diagonal, scale }
+    }
+
+    fn block(&self) -> (usize, usize) {
+        (self.rows, self.keys)
     }
 
     fn scores(&self) -> usize {
@@ -66,20 +72,32 @@ fn cases() -> Vec<Case> {
         .map(|i| {
             let rows = rng.random_range(1..=40);
             let keys = rng.random_range(1..=300);
+            let head_dim = rng.random_range(1..=80);
             Case {
                 batch: rng.random_range(1..=2),
                 heads: rng.random_range(1..=3),
                 rows,
                 keys,
-                head_dim: rng.random_range(1..=80),
+                head_dim,
                 diagonal: (i % 2 == 0).then(|| rng.random_range(0..keys)),
+                scale: if i % 2 == 1 { 1.0 / (head_dim as f32).sqrt() } else { rng.random_range(0.05..2.0) },
                 spread: if i % 3 == 0 { 60.0 } else { 6.0 },
             }
         })
         .collect();
     // GPT-2's last block of 16 rows over 1,024 keys, and a block of one key.
-    cases.push(Case { batch: 1, heads: 2, rows: 16, keys: 1024, head_dim: 64, diagonal: Some(1008), spread: 6.0 });
-    cases.push(Case { batch: 2, heads: 1, rows: 3, keys: 1, head_dim: 4, diagonal: Some(0), spread: 6.0 });
+    let gpt2 = Case {
+        batch: 1,
+        heads: 2,
+        rows: 16,
+        keys: 1024,
+        head_dim: 64,
+        diagonal: Some(1008),
+        scale: 0.125,
+        spread: 6.0,
+    };
+    cases.push(gpt2);
+    cases.push(Case { rows: 3, keys: 1, head_dim: 4, diagonal: Some(0), scale: 0.5, ..gpt2 });
     cases
 }
 
@@ -211,6 +229,19 @@ fn random(rng: &mut SmallRng, len: usize, spread: f32) -> Vec<f32> {
     (0..len).map(|_| rng.random_range(-spread..spread)).collect()
 }
 
+/// The backward's reference: `(probabilities, grad_scores)` with each row's `Δ` from the
+/// block's output and its gradient.
+fn reference_grad(
+    case: Case,
+    scores: &[f32],
+    grad_probabilities: &[f32],
+    lse: &[f32],
+    [output, grad_output]: [&[f32]; 2],
+) -> (Vec<f64>, Vec<f64>) {
+    let delta = deltas(case, output, grad_output);
+    block_softmax_grad(scores, grad_probabilities, [lse, &delta], case.block(), case.diagonal, case.scale)
+}
+
 /// Both kernels on `case` against the references: the largest error of the forward's
 /// probabilities and log-sum-exps and of the backward's probabilities and gradients.
 fn errors<E: Element>(
@@ -220,15 +251,13 @@ fn errors<E: Element>(
     rng: &mut SmallRng,
 ) -> [f64; 4] {
     let scores = E::widen(&E::narrow(&random(rng, case.scores(), case.spread)));
-    let (want_p, want_lse) = block_softmax(&scores, case.rows, case.keys, case.diagonal);
+    let (want_p, want_lse) = block_softmax(&scores, case.block(), case.diagonal, case.scale);
     let got = forward::<E>(client, kernel_case, &scores);
     let lse: Vec<f32> = want_lse.iter().map(|&l| l as f32).collect();
     let grad_probabilities = E::widen(&E::narrow(&random(rng, case.scores(), 1.0)));
     let output = E::widen(&E::narrow(&random(rng, case.outputs(), 1.0)));
     let grad_output = E::widen(&E::narrow(&random(rng, case.outputs(), 1.0)));
-    let delta = deltas(case, &output, &grad_output);
-    let (grad_p, grad_s) =
-        block_softmax_grad(&scores, &grad_probabilities, &lse, &delta, (case.rows, case.keys), case.diagonal);
+    let (grad_p, grad_s) = reference_grad(case, &scores, &grad_probabilities, &lse, [&output, &grad_output]);
     let grad = backward::<E>(client, kernel_case, &scores, &grad_probabilities, &lse, [&output, &grad_output]);
     [
         error(&got.first, &want_p),
@@ -260,30 +289,32 @@ fn f16_block_softmax_matches_the_reference() {
     check::<half::f16>(F16_TOLERANCE);
 }
 
-/// The controls: the kernels run with the diagonal one key further, the backward with
-/// every log-sum-exp 0, or with the output 0 (so `Δ` = 0), miss the reference by far more
-/// than the tolerance.
+/// The controls: the kernels run with the diagonal one key further, or with a scale 10 %
+/// larger, the backward with every log-sum-exp 0, or with the output 0 (so `Δ` = 0), miss
+/// the reference by far more than the tolerance.
 #[test]
-fn a_wrong_diagonal_a_dropped_log_sum_exp_or_a_dropped_delta_is_caught() {
+fn a_wrong_diagonal_or_scale_a_dropped_log_sum_exp_or_a_dropped_delta_is_caught() {
     let client = WgpuRuntime::client(&WgpuDevice::default());
-    let case = Case { batch: 1, heads: 2, rows: 5, keys: 40, head_dim: 8, diagonal: Some(20), spread: 6.0 };
+    let case =
+        Case { batch: 1, heads: 2, rows: 5, keys: 40, head_dim: 8, diagonal: Some(20), scale: 0.35, spread: 6.0 };
     let right = errors::<f32>(&client, case, case, &mut SmallRng::seed_from_u64(3));
     assert!(right.iter().all(|&e| e <= F32_TOLERANCE), "the same inputs must match: {right:?}");
     let shifted = Case { diagonal: Some(21), ..case };
     let wrong = errors::<f32>(&client, case, shifted, &mut SmallRng::seed_from_u64(3));
     assert!(wrong.iter().all(|&e| e > 100.0 * F32_TOLERANCE), "a wrong diagonal went unnoticed: {wrong:?}");
+    let rescaled = Case { scale: case.scale * 1.1, ..case };
+    let wrong = errors::<f32>(&client, case, rescaled, &mut SmallRng::seed_from_u64(3));
+    assert!(wrong.iter().all(|&e| e > 100.0 * F32_TOLERANCE), "a wrong scale went unnoticed: {wrong:?}");
 
     let mut rng = SmallRng::seed_from_u64(4);
     let scores = random(&mut rng, case.scores(), 6.0);
     let grad_probabilities = random(&mut rng, case.scores(), 1.0);
     let output = random(&mut rng, case.outputs(), 1.0);
     let grad_output = random(&mut rng, case.outputs(), 1.0);
-    let delta = deltas(case, &output, &grad_output);
-    let (_, lse) = block_softmax(&scores, case.rows, case.keys, case.diagonal);
+    let (_, lse) = block_softmax(&scores, case.block(), case.diagonal, case.scale);
     let lse: Vec<f32> = lse.iter().map(|&l| l as f32).collect();
-    let (want_p, want_ds) =
-        block_softmax_grad(&scores, &grad_probabilities, &lse, &delta, (case.rows, case.keys), case.diagonal);
     let outputs = [output.as_slice(), grad_output.as_slice()];
+    let (want_p, want_ds) = reference_grad(case, &scores, &grad_probabilities, &lse, outputs);
     let dropped = backward::<f32>(&client, case, &scores, &grad_probabilities, &vec![0.0; lse.len()], outputs);
     assert!(error(&dropped.first, &want_p) > 100.0 * F32_TOLERANCE, "a dropped log-sum-exp went unnoticed");
     let right = backward::<f32>(&client, case, &scores, &grad_probabilities, &lse, outputs);

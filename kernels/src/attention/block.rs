@@ -4,6 +4,10 @@
 //! backward's probabilities and score gradients in one more, where Burn's ops make a pass
 //! (or a fused kernel) for the mask, the maximum, the exponentials, the sum and the casts.
 //!
+//! The scores are the unscaled products `q · kᵀ`: both kernels apply the softmax's scale
+//! (`1/√head_dim`) as they read them, and the backward's gradient is the unscaled scores'
+//! (`scale · p · (dP − Δ)`), so neither the query nor its gradient needs a pass for it.
+//!
 //! Causal blocks: row `i` of the block sees keys `0 ..= i + diagonal`; the keys past it
 //! are 0 in the probabilities and in the gradient. f32 arithmetic whatever the element
 //! type; the log-sum-exp is an f32 `[batch, heads, rows, 1]` tensor read and written by its
@@ -32,6 +36,8 @@ pub struct ScoreBlock {
     pub count: usize,
     /// Causal: row `i` sees keys `0 ..= i + diagonal`.
     pub diagonal: usize,
+    /// The softmax's scale: the probabilities are `softmax(scale · scores)`.
+    pub scale: f32,
 }
 
 /// The keys score row `r` sees: all of them, or, causal, those up to its diagonal.
@@ -51,10 +57,10 @@ fn stat_at(stat: &Tensor<f32>, r: usize, block: &ScoreBlock) -> usize {
     (bh / block.heads) * stat.stride(0) + (bh % block.heads) * stat.stride(1) + (r % block.rows) * stat.stride(2)
 }
 
-/// One cube per score row: its maximum and the sum of its exponentials shifted by it
-/// (a running pair per unit, one read), combined pairwise in shared memory into the
-/// log-sum-exp,
-/// written to `lse`; then `probabilities = exp(score − lse)` (0 past the diagonal).
+/// One cube per score row: the maximum of its scaled scores and the sum of their
+/// exponentials shifted by it (a running pair per unit, one read), combined pairwise in
+/// shared memory into the log-sum-exp, written to `lse`; then
+/// `probabilities = exp(scale · score − lse)` (0 past the diagonal).
 #[cube(launch_unchecked)]
 pub fn attention_block_softmax_kernel<F: Float>(
     scores: &Tensor<F>,
@@ -70,7 +76,7 @@ pub fn attention_block_softmax_kernel<F: Float>(
     let visible = visible_keys(r, block, causal);
     let base = r * block.keys;
     // Key 0 is seen by every row: the statistics are over at least one score.
-    let (row_max, row_sum) = cube_softmax_stats(scores, base, visible, SCORE_ROW_UNITS);
+    let (row_max, row_sum) = cube_softmax_stats(scores, base, visible, block.scale, SCORE_ROW_UNITS);
     let unit = UNIT_POS_X as usize;
     let row_lse = row_max + row_sum.ln();
     if unit == 0 {
@@ -80,7 +86,7 @@ pub fn attention_block_softmax_kernel<F: Float>(
     while j < block.keys {
         let mut p = 0.0f32;
         if j < visible {
-            p = (f32::cast_from(scores[base + j]) - row_lse).exp();
+            p = (f32::cast_from(scores[base + j]) * block.scale - row_lse).exp();
         }
         probabilities[base + j] = F::cast_from(p);
         j += SCORE_ROW_UNITS;
@@ -107,7 +113,8 @@ fn row_delta<F: Float>(output: &Tensor<F>, grad_output: &Tensor<F>, r: usize, bl
 }
 
 /// One cube per score row, as the forward: the row's `Δ` from the block's output and its
-/// gradient, then `p = exp(score − lse)` and `dS = p · (dP − Δ)` (both 0 past the diagonal).
+/// gradient, then `p = exp(scale · score − lse)` and the unscaled scores' gradient
+/// `dS = scale · p · (dP − Δ)` (both 0 past the diagonal).
 #[cube(launch_unchecked)]
 #[allow(clippy::too_many_arguments)]
 pub fn attention_block_softmax_grad_kernel<F: Float>(
@@ -134,8 +141,8 @@ pub fn attention_block_softmax_grad_kernel<F: Float>(
         let mut p = 0.0f32;
         let mut ds = 0.0f32;
         if j < visible {
-            p = (f32::cast_from(scores[base + j]) - row_lse).exp();
-            ds = p * (f32::cast_from(grad_probabilities[base + j]) - delta);
+            p = (f32::cast_from(scores[base + j]) * block.scale - row_lse).exp();
+            ds = block.scale * p * (f32::cast_from(grad_probabilities[base + j]) - delta);
         }
         probabilities[base + j] = F::cast_from(p);
         grad_scores[base + j] = F::cast_from(ds);
@@ -143,8 +150,8 @@ pub fn attention_block_softmax_grad_kernel<F: Float>(
     }
 }
 
-/// A block's sizes and mask: `[batch · heads, heads, rows, keys]` and, causal, the
-/// diagonal (`None`: every row sees every key).
+/// A block's sizes and mask: `[batch · heads, heads, rows, keys]`, causal, the
+/// diagonal (`None`: every row sees every key), and the softmax's scale.
 #[derive(Clone, Copy, Debug)]
 pub struct BlockDims {
     pub batch_heads: usize,
@@ -152,6 +159,7 @@ pub struct BlockDims {
     pub rows: usize,
     pub keys: usize,
     pub diagonal: Option<usize>,
+    pub scale: f32,
 }
 
 impl BlockDims {
@@ -160,7 +168,7 @@ impl BlockDims {
     }
 
     fn launch<R: Runtime>(&self) -> ScoreBlockLaunch<R> {
-        ScoreBlockLaunch::new(self.heads, self.rows, self.keys, self.count(), self.diagonal.unwrap_or(0))
+        ScoreBlockLaunch::new(self.heads, self.rows, self.keys, self.count(), self.diagonal.unwrap_or(0), self.scale)
     }
 }
 

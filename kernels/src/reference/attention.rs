@@ -91,40 +91,48 @@ pub fn attention_backward(q: &[f32], k: &[f32], v: &[f32], grad: &[f32], dims: D
 
 /// One block of scores `[rows, keys]` per batch-head (row-major, `rows · keys` each), row
 /// `r` (of all of them) seeing keys `0 ..= r % rows + diagonal`, or all without a diagonal:
-/// `(probabilities, lse)`, the masked softmax of each row (0 past the diagonal) and its
-/// log-sum-exp.
-pub fn block_softmax(scores: &[f32], rows: usize, keys: usize, diagonal: Option<usize>) -> (Vec<f64>, Vec<f64>) {
+/// `(probabilities, lse)`, the masked softmax of each row's scores times `scale` (0 past
+/// the diagonal) and its log-sum-exp.
+pub fn block_softmax(
+    scores: &[f32],
+    (rows, keys): (usize, usize),
+    diagonal: Option<usize>,
+    scale: f32,
+) -> (Vec<f64>, Vec<f64>) {
+    let scale = f64::from(scale);
     let mut probabilities = Vec::with_capacity(scores.len());
     let mut lse = Vec::with_capacity(scores.len() / keys);
     for (r, row) in scores.chunks(keys).enumerate() {
         let seen = diagonal.map_or(keys, |d| (r % rows + d + 1).min(keys));
-        let max = row[..seen].iter().map(|&s| f64::from(s)).fold(f64::NEG_INFINITY, f64::max);
-        let row_lse = max + row[..seen].iter().map(|&s| (f64::from(s) - max).exp()).sum::<f64>().ln();
-        probabilities
-            .extend(row.iter().enumerate().map(|(j, &s)| if j < seen { (f64::from(s) - row_lse).exp() } else { 0.0 }));
+        let scaled: Vec<f64> = row[..seen].iter().map(|&s| f64::from(s) * scale).collect();
+        let max = scaled.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        let row_lse = max + scaled.iter().map(|s| (s - max).exp()).sum::<f64>().ln();
+        probabilities.extend((0..keys).map(|j| scaled.get(j).map_or(0.0, |s| (s - row_lse).exp())));
         lse.push(row_lse);
     }
     (probabilities, lse)
 }
 
 /// The backward of one block (as [`block_softmax`]'s) from each row's log-sum-exp and
-/// `Δ`: `(probabilities, grad_scores)`, `p = exp(s − lse)` and `p · (dP − Δ)`.
+/// `Δ`: `(probabilities, grad_scores)`, `p = exp(scale · s − lse)` and the unscaled
+/// scores' gradient `scale · p · (dP − Δ)`.
 pub fn block_softmax_grad(
     scores: &[f32],
     grad_probabilities: &[f32],
-    lse: &[f32],
-    delta: &[f32],
+    [lse, delta]: [&[f32]; 2],
     (rows, keys): (usize, usize),
     diagonal: Option<usize>,
+    scale: f32,
 ) -> (Vec<f64>, Vec<f64>) {
+    let scale = f64::from(scale);
     let mut probabilities = Vec::with_capacity(scores.len());
     let mut grad_scores = Vec::with_capacity(scores.len());
     for (index, (&s, &dp)) in scores.iter().zip(grad_probabilities).enumerate() {
         let (r, j) = (index / keys, index % keys);
         let seen = diagonal.map_or(keys, |d| (r % rows + d + 1).min(keys));
-        let p = if j < seen { (f64::from(s) - f64::from(lse[r])).exp() } else { 0.0 };
+        let p = if j < seen { (f64::from(s) * scale - f64::from(lse[r])).exp() } else { 0.0 };
         probabilities.push(p);
-        grad_scores.push(p * (f64::from(dp) - f64::from(delta[r])));
+        grad_scores.push(scale * p * (f64::from(dp) - f64::from(delta[r])));
     }
     (probabilities, grad_scores)
 }

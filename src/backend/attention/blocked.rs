@@ -3,6 +3,10 @@
 //! softmax between them the backend's block softmax op ([`composed_softmax`] and
 //! [`composed_softmax_grad`] by default).
 //!
+//! The scores are the unscaled `q·kᵀ`: the block softmax ops apply the softmax's scale
+//! (`1/√head_dim`) as they read them and return the unscaled scores' gradient, so neither
+//! the query (forward and backward) nor the query's gradient takes a pass for the scale.
+//!
 //! A causal block stops at the last key its rows may see: it neither computes nor masks
 //! the scores above the diagonal (about half of all `queries × keys`), and in the same
 //! workspace the blocks that see fewer keys take more rows.
@@ -76,10 +80,10 @@ pub(crate) fn blocks(queries: usize, keys: usize, causal: bool, scores: usize, g
     blocks
 }
 
-/// The scores of `block`: `[b, h, rows, block keys]`, from the whole query, already
-/// scaled, and key (unmasked: the block's softmax op masks them).
-fn scores<B: GemmOps>(scaled_query: &Tensor<B, 4>, key: &Tensor<B, 4>, block: Block) -> Tensor<B, 4> {
-    gemm_transposed(block_rows(scaled_query, block), seen_keys(key, block), [false, true])
+/// The scores of `block`: `[b, h, rows, block keys]`, from the whole query and key,
+/// unscaled and unmasked (the block's softmax op scales and masks them).
+fn scores<B: GemmOps>(query: &Tensor<B, 4>, key: &Tensor<B, 4>, block: Block) -> Tensor<B, 4> {
+    gemm_transposed(block_rows(query, block), seen_keys(key, block), [false, true])
 }
 
 /// The causal diagonal of `block` of a `queries`-row attention over `keys` keys: row
@@ -102,13 +106,19 @@ fn masked<B: Backend>(scores: Tensor<B, 4>, diagonal: Option<usize>) -> Tensor<B
     scores.mask_fill(hidden.reshape([1, 1, rows, keys]).expand([batch, heads, rows, keys]), f32::NEG_INFINITY)
 }
 
+/// `scores` in f32 times `scale`, masked past `diagonal`: what the block's softmax is of.
+fn scaled_scores<B: Backend>(scores: FloatTensor<B>, diagonal: Option<usize>, scale: f32) -> Tensor<B, 4> {
+    masked(to_f32(tensor::<B>(scores)).mul_scalar(scale), diagonal)
+}
+
 /// [`AttentionOps::lean_attention_block_softmax`] composed of Burn ops, in f32.
 pub(crate) fn composed_softmax<B: Backend>(
     scores: FloatTensor<B>,
     diagonal: Option<usize>,
+    scale: f32,
 ) -> (FloatTensor<B>, FloatTensor<B>) {
     let dtype = scores.dtype();
-    let scores = to_f32(masked(tensor::<B>(scores), diagonal));
+    let scores = scaled_scores::<B>(scores, diagonal, scale);
     let max = scores.clone().max_dim(3);
     let weights = (scores - max.clone()).exp();
     let sum = weights.clone().sum_dim(3);
@@ -129,28 +139,33 @@ pub(crate) fn composed_softmax_grad<B: Backend>(
     outputs: [FloatTensor<B>; 2],
     grad_probabilities: FloatTensor<B>,
     diagonal: Option<usize>,
+    scale: f32,
 ) -> (FloatTensor<B>, FloatTensor<B>) {
     let dtype = scores.dtype();
     let delta = row_deltas::<B>(outputs);
-    let probabilities = (to_f32(masked(tensor::<B>(scores), diagonal)) - to_f32(tensor(lse))).exp();
-    let grad_scores = probabilities.clone() * (to_f32(tensor(grad_probabilities)) - delta);
+    let probabilities = (scaled_scores::<B>(scores, diagonal, scale) - to_f32(tensor(lse))).exp();
+    let grad_scores = probabilities.clone().mul_scalar(scale) * (to_f32(tensor(grad_probabilities)) - delta);
     (primitive(to_dtype(probabilities, dtype)), primitive(to_dtype(grad_scores, dtype)))
 }
 
-/// One block's probabilities and log-sum-exp from its scores, by `B`'s op.
-fn block_softmax<B: AttentionOps>(scores: Tensor<B, 4>, diagonal: Option<usize>) -> (Tensor<B, 4>, Tensor<B, 4>) {
-    let (probabilities, lse) = B::lean_attention_block_softmax(primitive(scores), diagonal);
+/// One block's probabilities and log-sum-exp from its unscaled scores, by `B`'s op.
+fn block_softmax<B: AttentionOps>(
+    scores: Tensor<B, 4>,
+    diagonal: Option<usize>,
+    scale: f32,
+) -> (Tensor<B, 4>, Tensor<B, 4>) {
+    let (probabilities, lse) = B::lean_attention_block_softmax(primitive(scores), diagonal, scale);
     (tensor(probabilities), tensor(lse))
 }
 
-/// One block's probabilities and score gradients in the backward pass, by `B`'s op, from
-/// its rows of the output and of the output's gradient (`Δ` is the op's).
+/// One block's probabilities and unscaled score gradients in the backward pass, by `B`'s
+/// op, from its rows of the output and of the output's gradient (`Δ` is the op's).
 fn block_softmax_grad<B: AttentionOps>(
     scores: Tensor<B, 4>,
     lse: Tensor<B, 4>,
     [output, grad_output]: [Tensor<B, 4>; 2],
     grad_probabilities: Tensor<B, 4>,
-    diagonal: Option<usize>,
+    (diagonal, scale): (Option<usize>, f32),
 ) -> (Tensor<B, 4>, Tensor<B, 4>) {
     let (probabilities, grad_scores) = B::lean_attention_block_softmax_grad(
         primitive(scores),
@@ -158,18 +173,15 @@ fn block_softmax_grad<B: AttentionOps>(
         [primitive(output), primitive(grad_output)],
         primitive(grad_probabilities),
         diagonal,
+        scale,
     );
     (tensor(probabilities), tensor(grad_scores))
 }
 
-/// The query times 1/√d: the scale on the `[b, h, queries, d]` operand, not on the
-/// score-sized products (exact where d is a power of 4, as GPT-2's 64).
-fn scaled<B: Backend>(query: &Tensor<B, 4>) -> Tensor<B, 4> {
-    query.clone().mul_scalar(scale(query))
-}
-
-fn scale<B: Backend>(query: &Tensor<B, 4>) -> f64 {
-    1.0 / (query.dims()[3] as f64).sqrt()
+/// The softmax's scale, 1/√head_dim (GPT-2's 64: 0.125, a power of two, so scaling the
+/// scores in the softmax op is exactly scaling the query before the product).
+fn scale<B: Backend>(query: &Tensor<B, 4>) -> f32 {
+    (1.0 / (query.dims()[3] as f64).sqrt()) as f32
 }
 
 /// `tensor` in `dtype` (itself where it is).
@@ -241,11 +253,11 @@ pub(crate) fn forward<B: AttentionOps>(
 ) -> (Tensor<B, 4>, Tensor<B, 4>) {
     let [_, _, queries, _] = query.dims();
     let keys = key.dims()[2];
-    let scaled = scaled(&query);
+    let scale = scale(&query);
     let (mut outputs, mut lse) = (Vec::new(), Vec::new());
     for &block in blocks {
         let mask = diagonal(block, queries, keys, causal);
-        let (probabilities, block_lse) = block_softmax(scores(&scaled, &key, block), mask);
+        let (probabilities, block_lse) = block_softmax(scores(&query, &key, block), mask, scale);
         outputs.push(probabilities.matmul(seen_keys(&value, block)));
         lse.push(block_lse);
     }
@@ -265,7 +277,7 @@ pub(crate) fn backward<B: AttentionOps>(
     causal: bool,
     blocks: &[Block],
 ) -> (Tensor<B, 4>, Tensor<B, 4>, Tensor<B, 4>) {
-    let (dtype, scale, scaled) = (query.dtype(), scale(&query), scaled(&query));
+    let (dtype, scale) = (query.dtype(), scale(&query));
     let [_, _, queries, _] = query.dims();
     let keys = key.dims()[2];
     let grad = to_dtype(grad, dtype);
@@ -280,22 +292,21 @@ pub(crate) fn backward<B: AttentionOps>(
         // Δ = rowsum(dO ∘ O), the softmax's backward term per query row, from the block's
         // rows inside the op.
         let (probabilities, grad_scores) = block_softmax_grad(
-            scores(&scaled, &key, block),
+            scores(&query, &key, block),
             block_rows(&lse, block),
             [block_rows(&output, block), grad_block.clone()],
             grad_probabilities,
-            diagonal(block, queries, keys, causal),
+            (diagonal(block, queries, keys, causal), scale),
         );
         let grad_value_part = gemm_transposed(probabilities, grad_block, [true, false]);
         grad_value = Some(add_to_first_keys(grad_value, to_f32(grad_value_part)));
-        // s = (scale·q)·kᵀ: ds/dk = scale·q (the scaled query), ds/dq = scale·k (the
-        // scale applied once, to the whole query gradient).
+        // The op's gradient is the unscaled scores' s = q·kᵀ: dq = dS·k, dk = dSᵀ·q.
         grad_query.push(grad_scores.clone().matmul(seen_keys(&key, block)));
-        let grad_key_part = gemm_transposed(grad_scores, block_rows(&scaled, block), [true, false]);
+        let grad_key_part = gemm_transposed(grad_scores, block_rows(&query, block), [true, false]);
         grad_key = Some(add_to_first_keys(grad_key, to_f32(grad_key_part)));
     }
     grad_query.reverse();
-    let grad_query = concat(grad_query).mul_scalar(scale);
+    let grad_query = concat(grad_query);
     let sum = |grad: Option<Tensor<B, 4>>| to_dtype(grad.expect("at least one block"), dtype);
     (grad_query, sum(grad_key), sum(grad_value))
 }

@@ -129,9 +129,10 @@ where
     fn lean_attention_block_softmax(
         scores: FloatTensor<Self>,
         diagonal: Option<usize>,
+        scale: f32,
     ) -> (FloatTensor<Self>, FloatTensor<Self>) {
-        let Some(block) = block_dims(&scores, diagonal) else {
-            return blocked::composed_softmax::<Self>(scores, diagonal);
+        let Some(block) = block_dims(&scores, diagonal, scale) else {
+            return blocked::composed_softmax::<Self>(scores, diagonal, scale);
         };
         let dtype = scores.dtype;
         let scores = contiguous_of(scores, dtype);
@@ -157,6 +158,7 @@ where
         [output, grad_output]: [FloatTensor<Self>; 2],
         grad_probabilities: FloatTensor<Self>,
         diagonal: Option<usize>,
+        scale: f32,
     ) -> (FloatTensor<Self>, FloatTensor<Self>) {
         let [batch, heads, rows, _] = dims(&scores);
         let rows_of =
@@ -166,9 +168,9 @@ where
             && dims(&output) == dims(&grad_output)
             && rows_of(&grad_output)
             && grad_probabilities.meta.shape() == scores.meta.shape();
-        let Some(block) = block_dims(&scores, diagonal).filter(|_| fits) else {
+        let Some(block) = block_dims(&scores, diagonal, scale).filter(|_| fits) else {
             let outputs = [output, grad_output];
-            return blocked::composed_softmax_grad::<Self>(scores, lse, outputs, grad_probabilities, diagonal);
+            return blocked::composed_softmax_grad::<Self>(scores, lse, outputs, grad_probabilities, diagonal, scale);
         };
         let dtype = scores.dtype;
         let (scores, grad_probabilities) = (contiguous_of(scores, dtype), contiguous_of(grad_probabilities, dtype));
@@ -204,10 +206,10 @@ where
 
 /// The block softmax kernels' sizes for `scores` (`[batch, heads, rows, keys]`), where
 /// they take them: a kernel element type, at least one row and key.
-fn block_dims<R: CubeRuntime>(scores: &CubeTensor<R>, diagonal: Option<usize>) -> Option<BlockDims> {
+fn block_dims<R: CubeRuntime>(scores: &CubeTensor<R>, diagonal: Option<usize>, scale: f32) -> Option<BlockDims> {
     let [batch, heads, rows, keys] = dims(scores);
     let fits = has_kernels(scores.dtype) && batch * heads * rows * keys > 0;
-    fits.then_some(BlockDims { batch_heads: batch * heads, heads, rows, keys, diagonal })
+    fits.then_some(BlockDims { batch_heads: batch * heads, heads, rows, keys, diagonal, scale })
 }
 
 /// `[batch, heads, rows, 1]`: the shape of a row statistic of `scores`.

@@ -1,8 +1,9 @@
 //! [`AttentionOps`]' block softmax on Burn's CPU backend (`Flex`): each row of a block's
-//! scores in one pass, rows in parallel: forward, the row's maximum, its shifted
-//! exponentials written and summed, then scaled into the probabilities; backward, each
-//! row's `Δ` from its output and output gradient, then each score's probability and
-//! gradient from the row's log-sum-exp and `Δ`. The composed ops
+//! scores in one pass, rows in parallel: forward, the row's scores scaled (the softmax's
+//! `1/√head_dim`) as they are copied, their maximum, the shifted exponentials written and
+//! summed, then normalized into the probabilities; backward, each row's `Δ` from its
+//! output and output gradient, then each score's probability and (unscaled) gradient from
+//! the row's log-sum-exp and `Δ`. The composed ops
 //! make a new score-sized tensor per step (the mask, the exponentials, the division; the
 //! backward's difference and products). f32 scores in contiguous memory only: others take
 //! the composed path. The fused kernels stay CubeCL's: on Flex every attention runs in
@@ -22,9 +23,10 @@ impl AttentionOps for Flex {
     fn lean_attention_block_softmax(
         scores: FloatTensor<Self>,
         diagonal: Option<usize>,
+        scale: f32,
     ) -> (FloatTensor<Self>, FloatTensor<Self>) {
         let Some(block) = ScoreBlock::read(&scores, diagonal) else {
-            return blocked::composed_softmax::<Self>(scores, diagonal);
+            return blocked::composed_softmax::<Self>(scores, diagonal, scale);
         };
         let values = scores.as_slice::<f32>().expect("checked by ScoreBlock::read");
         let mut probabilities = vec![0.0f32; values.len()];
@@ -32,7 +34,7 @@ impl AttentionOps for Flex {
         let pass = softmax_pass();
         probabilities.par_chunks_mut(block.keys).zip(lse.par_iter_mut()).enumerate().for_each(|(r, (row, lse))| {
             let seen = block.seen(r);
-            *lse = pass(&values[r * block.keys..][..seen], &mut row[..seen]);
+            *lse = pass(&values[r * block.keys..][..seen], &mut row[..seen], scale);
         });
         (block.scores_tensor(probabilities), FlexTensor::from_data(TensorData::new(lse, block.stat_shape())))
     }
@@ -43,6 +45,7 @@ impl AttentionOps for Flex {
         outputs: [FloatTensor<Self>; 2],
         grad_probabilities: FloatTensor<Self>,
         diagonal: Option<usize>,
+        scale: f32,
     ) -> (FloatTensor<Self>, FloatTensor<Self>) {
         let read = || {
             let block = ScoreBlock::read(&scores, diagonal)?;
@@ -50,7 +53,7 @@ impl AttentionOps for Flex {
             Some((block, grad, block.statistic(&lse)?, block.row_deltas(&outputs)?))
         };
         let Some((block, grad, row_lse, row_delta)) = read() else {
-            return blocked::composed_softmax_grad::<Self>(scores, lse, outputs, grad_probabilities, diagonal);
+            return blocked::composed_softmax_grad::<Self>(scores, lse, outputs, grad_probabilities, diagonal, scale);
         };
         let values = scores.as_slice::<f32>().expect("checked by ScoreBlock::read");
         let (mut probabilities, mut grad_scores) = (vec![0.0f32; values.len()], vec![0.0f32; values.len()]);
@@ -58,7 +61,7 @@ impl AttentionOps for Flex {
         let rows = probabilities.par_chunks_mut(block.keys).zip(grad_scores.par_chunks_mut(block.keys));
         rows.enumerate().for_each(|(r, (p, ds))| {
             let (seen, start) = (block.seen(r), r * block.keys);
-            let stats = (row_lse[r], row_delta[r]);
+            let stats = RowStats { lse: row_lse[r], delta: row_delta[r], scale };
             pass(&values[start..][..seen], &grad[start..][..seen], stats, &mut p[..seen], &mut ds[..seen]);
         });
         (block.scores_tensor(probabilities), block.scores_tensor(grad_scores))
@@ -134,29 +137,42 @@ impl ScoreBlock {
     }
 }
 
-/// One row's softmax over the keys it sees, written into `out`; returns its log-sum-exp.
-type SoftmaxPass = fn(&[f32], &mut [f32]) -> f32;
+/// One row's softmax of its scores times the scale over the keys it sees, written into
+/// `out`; returns its log-sum-exp.
+type SoftmaxPass = fn(&[f32], &mut [f32], f32) -> f32;
 
-/// One row's probabilities and score gradients from `(lse, Δ)`.
-type SoftmaxGradPass = fn(&[f32], &[f32], (f32, f32), &mut [f32], &mut [f32]);
+/// One row's probabilities and unscaled score gradients.
+type SoftmaxGradPass = fn(&[f32], &[f32], RowStats, &mut [f32], &mut [f32]);
+
+/// What the backward's row pass needs besides the row: its log-sum-exp, its `Δ` and the
+/// softmax's scale.
+#[derive(Clone, Copy)]
+struct RowStats {
+    lse: f32,
+    delta: f32,
+    scale: f32,
+}
 
 #[inline(always)]
-fn softmax_row(scores: &[f32], out: &mut [f32]) -> f32 {
-    out.copy_from_slice(scores);
+fn softmax_row(scores: &[f32], out: &mut [f32], scale: f32) -> f32 {
+    for (out, &score) in out.iter_mut().zip(scores) {
+        *out = score * scale;
+    }
     let max = row_max(out);
     let sum = exp_shifted_in_place(out, max);
-    let scale = (1.0 / sum) as f32;
+    let normalize = (1.0 / sum) as f32;
     for value in out.iter_mut() {
-        *value *= scale;
+        *value *= normalize;
     }
     max + sum.ln() as f32
 }
 
 #[inline(always)]
-fn softmax_grad_row(scores: &[f32], grad: &[f32], (lse, delta): (f32, f32), p: &mut [f32], ds: &mut [f32]) {
+fn softmax_grad_row(scores: &[f32], grad: &[f32], stats: RowStats, p: &mut [f32], ds: &mut [f32]) {
+    let RowStats { lse, delta, scale } = stats;
     for (((&s, &g), p), ds) in scores.iter().zip(grad).zip(p.iter_mut()).zip(ds.iter_mut()) {
-        *p = exp(s - lse);
-        *ds = *p * (g - delta);
+        *p = exp(s * scale - lse);
+        *ds = scale * *p * (g - delta);
     }
 }
 
@@ -166,11 +182,11 @@ fn softmax_pass() -> SoftmaxPass {
     {
         if std::arch::is_x86_feature_detected!("avx512f") {
             // SAFETY: the CPU has AVX-512F.
-            return |scores, out| unsafe { softmax_row_avx512(scores, out) };
+            return |scores, out, scale| unsafe { softmax_row_avx512(scores, out, scale) };
         }
         if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
             // SAFETY: the CPU has AVX2 and FMA.
-            return |scores, out| unsafe { softmax_row_avx2(scores, out) };
+            return |scores, out, scale| unsafe { softmax_row_avx2(scores, out, scale) };
         }
     }
     softmax_row
@@ -194,24 +210,24 @@ fn softmax_grad_pass() -> SoftmaxGradPass {
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
-fn softmax_row_avx512(scores: &[f32], out: &mut [f32]) -> f32 {
-    softmax_row(scores, out)
+fn softmax_row_avx512(scores: &[f32], out: &mut [f32], scale: f32) -> f32 {
+    softmax_row(scores, out, scale)
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-fn softmax_row_avx2(scores: &[f32], out: &mut [f32]) -> f32 {
-    softmax_row(scores, out)
+fn softmax_row_avx2(scores: &[f32], out: &mut [f32], scale: f32) -> f32 {
+    softmax_row(scores, out, scale)
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
-fn softmax_grad_row_avx512(scores: &[f32], grad: &[f32], stats: (f32, f32), p: &mut [f32], ds: &mut [f32]) {
+fn softmax_grad_row_avx512(scores: &[f32], grad: &[f32], stats: RowStats, p: &mut [f32], ds: &mut [f32]) {
     softmax_grad_row(scores, grad, stats, p, ds)
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-fn softmax_grad_row_avx2(scores: &[f32], grad: &[f32], stats: (f32, f32), p: &mut [f32], ds: &mut [f32]) {
+fn softmax_grad_row_avx2(scores: &[f32], grad: &[f32], stats: RowStats, p: &mut [f32], ds: &mut [f32]) {
     softmax_grad_row(scores, grad, stats, p, ds)
 }

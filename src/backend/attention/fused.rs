@@ -21,8 +21,8 @@ use crate::backend::has_kernels;
 enum Pass {
     Forward { causal: bool },
     Backward { causal: bool },
-    BlockSoftmax { diagonal: Option<usize> },
-    BlockSoftmaxGrad { diagonal: Option<usize> },
+    BlockSoftmax { diagonal: Option<usize>, scale: f32 },
+    BlockSoftmaxGrad { diagonal: Option<usize>, scale: f32 },
 }
 
 #[derive(Debug)]
@@ -61,13 +61,14 @@ impl<B: FusionBackend + AttentionOps> Operation<B::FusionRuntime> for QueuedAtte
                     handles.register_float_tensor::<B>(&ir.id, gradient);
                 }
             }
-            Pass::BlockSoftmax { diagonal } => {
+            Pass::BlockSoftmax { diagonal, scale } => {
                 let ([scores], [probabilities, lse]) = self.desc.as_fixed();
-                let (p, row_lse) = B::lean_attention_block_softmax(handles.get_float_tensor::<B>(scores), diagonal);
+                let scores = handles.get_float_tensor::<B>(scores);
+                let (p, row_lse) = B::lean_attention_block_softmax(scores, diagonal, scale);
                 handles.register_float_tensor::<B>(&probabilities.id, p);
                 handles.register_float_tensor::<B>(&lse.id, row_lse);
             }
-            Pass::BlockSoftmaxGrad { diagonal } => {
+            Pass::BlockSoftmaxGrad { diagonal, scale } => {
                 let ([scores, lse, output, grad_output, grad_probabilities], [probabilities, grad_scores]) =
                     self.desc.as_fixed();
                 let (p, ds) = B::lean_attention_block_softmax_grad(
@@ -76,6 +77,7 @@ impl<B: FusionBackend + AttentionOps> Operation<B::FusionRuntime> for QueuedAtte
                     [handles.get_float_tensor::<B>(output), handles.get_float_tensor::<B>(grad_output)],
                     handles.get_float_tensor::<B>(grad_probabilities),
                     diagonal,
+                    scale,
                 );
                 handles.register_float_tensor::<B>(&probabilities.id, p);
                 handles.register_float_tensor::<B>(&grad_scores.id, ds);
@@ -143,13 +145,14 @@ impl<B: FusionBackend + AttentionOps> AttentionOps for Fusion<B> {
     fn lean_attention_block_softmax(
         scores: FloatTensor<Self>,
         diagonal: Option<usize>,
+        scale: f32,
     ) -> (FloatTensor<Self>, FloatTensor<Self>) {
         if !has_kernels(scores.dtype) {
-            return blocked::composed_softmax::<Self>(scores, diagonal);
+            return blocked::composed_softmax::<Self>(scores, diagonal, scale);
         }
         let [batch, heads, rows, _] = scores.shape.dims::<4>();
         let outputs = [(scores.shape.clone(), scores.dtype), (Shape::new([batch, heads, rows, 1]), DType::F32)];
-        let pass = Pass::BlockSoftmax { diagonal };
+        let pass = Pass::BlockSoftmax { diagonal, scale };
         let [probabilities, lse] = queue::<B, 2>(pass, "leanburn_attention_block_softmax", vec![scores], outputs);
         (probabilities, lse)
     }
@@ -160,12 +163,13 @@ impl<B: FusionBackend + AttentionOps> AttentionOps for Fusion<B> {
         [output, grad_output]: [FloatTensor<Self>; 2],
         grad_probabilities: FloatTensor<Self>,
         diagonal: Option<usize>,
+        scale: f32,
     ) -> (FloatTensor<Self>, FloatTensor<Self>) {
         if !has_kernels(scores.dtype) {
             let outputs = [output, grad_output];
-            return blocked::composed_softmax_grad::<Self>(scores, lse, outputs, grad_probabilities, diagonal);
+            return blocked::composed_softmax_grad::<Self>(scores, lse, outputs, grad_probabilities, diagonal, scale);
         }
-        let pass = Pass::BlockSoftmaxGrad { diagonal };
+        let pass = Pass::BlockSoftmaxGrad { diagonal, scale };
         let score_like = (scores.shape.clone(), scores.dtype);
         let inputs = vec![scores, lse, output, grad_output, grad_probabilities];
         let [probabilities, grad_scores] =

@@ -130,33 +130,38 @@ pub trait AttentionOps: GemmOps {
 
     /// One block of the attention in blocks ([`AttentionPath::Gemm`], and every backend
     /// without kernels) between its two forward products: the block's scores `[batch,
-    /// heads, rows, keys]` (scaled, unmasked) → the probabilities (the scores' type) and each
-    /// row's log-sum-exp `[batch, heads, rows, 1]` (f32). `diagonal`: causal, row `i` of the
-    /// block sees keys `0 ..= i + diagonal` (the others' probabilities are 0); `None`: every
-    /// key. By default Burn ops, the softmax in f32; one kernel on the CubeCL
-    /// backends, one pass per row on Flex (f32).
+    /// heads, rows, keys]` (the unscaled `q·kᵀ`, unmasked) → the probabilities
+    /// `softmax(scale · scores)` (the scores' type) and each row's log-sum-exp of the scaled
+    /// scores `[batch, heads, rows, 1]` (f32). `diagonal`: causal, row `i` of the block sees
+    /// keys `0 ..= i + diagonal` (the others' probabilities are 0); `None`: every key. The
+    /// scale is applied as the scores are read, so the query needs no pass of its own for
+    /// it. By default Burn ops, the softmax in f32; one kernel on the CubeCL backends, one
+    /// pass per row on Flex (f32).
     fn lean_attention_block_softmax(
         scores: FloatTensor<Self>,
         diagonal: Option<usize>,
+        scale: f32,
     ) -> (FloatTensor<Self>, FloatTensor<Self>) {
-        blocked::composed_softmax::<Self>(scores, diagonal)
+        blocked::composed_softmax::<Self>(scores, diagonal, scale)
     }
 
     /// The same block in the backward pass: from its scores, its rows' log-sum-exp
     /// (`[batch, heads, rows, 1]`, f32), its rows of the attention's output and of its
     /// gradient (`O` and `dO`, `[batch, heads, rows, head_dim]`) and the probabilities'
-    /// gradient `dP = dO·Vᵀ`: the probabilities and the scores' gradient `P ∘ (dP − Δ)`,
-    /// `Δ = Σ dO ∘ O` each row's sum over the head dimension (in f32), both in the scores'
-    /// type. By default Burn ops in f32; one kernel on the CubeCL backends (`Δ` summed in
-    /// it), one pass per row on Flex (f32).
+    /// gradient `dP = dO·Vᵀ`: the probabilities and the unscaled scores' gradient
+    /// `scale · P ∘ (dP − Δ)`, `Δ = Σ dO ∘ O` each row's sum over the head dimension (in
+    /// f32), both in the scores' type. By default Burn ops in f32; one kernel on the CubeCL
+    /// backends (`Δ` summed in it), one pass per row on Flex (f32).
     fn lean_attention_block_softmax_grad(
         scores: FloatTensor<Self>,
         lse: FloatTensor<Self>,
         [output, grad_output]: [FloatTensor<Self>; 2],
         grad_probabilities: FloatTensor<Self>,
         diagonal: Option<usize>,
+        scale: f32,
     ) -> (FloatTensor<Self>, FloatTensor<Self>) {
-        blocked::composed_softmax_grad::<Self>(scores, lse, [output, grad_output], grad_probabilities, diagonal)
+        let outputs = [output, grad_output];
+        blocked::composed_softmax_grad::<Self>(scores, lse, outputs, grad_probabilities, diagonal, scale)
     }
 
     /// Whether [`lean_attention_forward`](Self::lean_attention_forward) and
@@ -268,8 +273,9 @@ impl<B: ChunkedConv + AttentionOps> AttentionOps for Lean<B> {
     fn lean_attention_block_softmax(
         scores: FloatTensor<Self>,
         diagonal: Option<usize>,
+        scale: f32,
     ) -> (FloatTensor<Self>, FloatTensor<Self>) {
-        B::lean_attention_block_softmax(scores, diagonal)
+        B::lean_attention_block_softmax(scores, diagonal, scale)
     }
 
     fn lean_attention_block_softmax_grad(
@@ -278,8 +284,9 @@ impl<B: ChunkedConv + AttentionOps> AttentionOps for Lean<B> {
         outputs: [FloatTensor<Self>; 2],
         grad_probabilities: FloatTensor<Self>,
         diagonal: Option<usize>,
+        scale: f32,
     ) -> (FloatTensor<Self>, FloatTensor<Self>) {
-        B::lean_attention_block_softmax_grad(scores, lse, outputs, grad_probabilities, diagonal)
+        B::lean_attention_block_softmax_grad(scores, lse, outputs, grad_probabilities, diagonal, scale)
     }
 
     fn fused_attention(dtype: DType, head_dim: usize) -> bool {

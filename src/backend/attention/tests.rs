@@ -404,21 +404,33 @@ fn difference(a: &Tensor<Flex, 4>, b: &Tensor<Flex, 4>) -> (f32, bool) {
 #[test]
 fn the_block_softmax_ops_run_the_kernels_on_wgpu_and_one_pass_rows_on_flex() {
     fn compare<B: AttentionOps>() -> [(f32, bool); 4] {
-        let (scores, diagonal) = (block_scores::<B>(7, 40), Some(20));
+        let (scores, diagonal, scale) = (block_scores::<B>(7, 40), Some(20), 0.37);
         let primitive = |t: &Tensor<B, 4>| t.clone().into_primitive().tensor();
         let float = |p| on_flex(&Tensor::<B, 4>::from_primitive(burn::tensor::TensorPrimitive::Float(p)));
-        let (p, lse) = B::lean_attention_block_softmax(primitive(&scores), diagonal);
-        let (composed_p, composed_lse) = blocked::composed_softmax::<B>(primitive(&scores), diagonal);
+        let (p, lse) = B::lean_attention_block_softmax(primitive(&scores), diagonal, scale);
+        let (composed_p, composed_lse) = blocked::composed_softmax::<B>(primitive(&scores), diagonal, scale);
         // The block's output, and its gradient with each token's heads side by side (read
         // as `[batch, heads, rows, head_dim]` through its strides, as GPT-2's).
         let output = block_scores::<B>(7, 16).mul_scalar(0.05);
         let grad_output = block_scores::<B>(7, 16).mul_scalar(0.1).reshape([2, 7, 3, 16]).swap_dims(1, 2);
         let outputs = || [primitive(&output), primitive(&grad_output)];
         let dp = block_scores::<B>(7, 40).mul_scalar(0.1);
-        let (gp, ds) =
-            B::lean_attention_block_softmax_grad(primitive(&scores), lse.clone(), outputs(), primitive(&dp), diagonal);
-        let (composed_gp, composed_ds) =
-            blocked::composed_softmax_grad::<B>(primitive(&scores), lse.clone(), outputs(), primitive(&dp), diagonal);
+        let (gp, ds) = B::lean_attention_block_softmax_grad(
+            primitive(&scores),
+            lse.clone(),
+            outputs(),
+            primitive(&dp),
+            diagonal,
+            scale,
+        );
+        let (composed_gp, composed_ds) = blocked::composed_softmax_grad::<B>(
+            primitive(&scores),
+            lse.clone(),
+            outputs(),
+            primitive(&dp),
+            diagonal,
+            scale,
+        );
         [(p, composed_p), (lse, composed_lse), (gp, composed_gp), (ds, composed_ds)]
             .map(|(ours, composed)| difference(&float(ours), &float(composed)))
     }
