@@ -415,22 +415,11 @@ fn the_block_softmax_ops_run_the_kernels_on_wgpu_and_one_pass_rows_on_flex() {
         let grad_output = block_scores::<B>(7, 16).mul_scalar(0.1).reshape([2, 7, 3, 16]).swap_dims(1, 2);
         let outputs = || [primitive(&output), primitive(&grad_output)];
         let dp = block_scores::<B>(7, 40).mul_scalar(0.1);
-        let (gp, ds) = B::lean_attention_block_softmax_grad(
-            primitive(&scores),
-            lse.clone(),
-            outputs(),
-            primitive(&dp),
-            diagonal,
-            scale,
-        );
-        let (composed_gp, composed_ds) = blocked::composed_softmax_grad::<B>(
-            primitive(&scores),
-            lse.clone(),
-            outputs(),
-            primitive(&dp),
-            diagonal,
-            scale,
-        );
+        let inputs = || (primitive(&scores), lse.clone(), outputs(), primitive(&dp));
+        let (s, l, o, d) = inputs();
+        let (gp, ds) = B::lean_attention_block_softmax_grad(s, l, o, d, diagonal, scale);
+        let (s, l, o, d) = inputs();
+        let (composed_gp, composed_ds) = blocked::composed_softmax_grad::<B>(s, l, o, d, diagonal, scale);
         [(p, composed_p), (lse, composed_lse), (gp, composed_gp), (ds, composed_ds)]
             .map(|(ours, composed)| difference(&float(ours), &float(composed)))
     }
