@@ -16,10 +16,10 @@
 //! one vector of neighbouring elements.
 
 use cubecl::prelude::*;
-use cubecl::{calculate_cube_count_elemwise, CubeDim};
+use cubecl::CubeDim;
 
 use crate::tensor_group::{group_size, GroupGrid};
-use crate::vector::vector_width;
+use crate::vector::ElementwiseGrid;
 
 /// The step's scalars (runtime values: one compiled kernel serves every step).
 #[derive(CubeLaunch, CubeType, Clone, Copy, Debug, PartialEq)]
@@ -67,7 +67,7 @@ fn updated<F: Float, N: Size>(
     (p_out, m_out, v_out)
 }
 
-/// One unit per vector of `N` elements (the vector width, see [`vector_width`]):
+/// One unit per vector of `N` elements (the vector width, see [`vector_width`](crate::vector_width)):
 /// reads the parameter, its gradient and both moments, writes the updated three.
 #[cube(launch_unchecked)]
 #[allow(clippy::too_many_arguments)]
@@ -159,7 +159,7 @@ pub unsafe fn launch_adamw<R: Runtime, F: Float + CubeElement>(
     len: usize,
     scalars: AdamWScalars,
 ) {
-    let Grid { width, vectors, cube_count, cube_dim } = Grid::new::<R, F>(client, len);
+    let ElementwiseGrid { width, vectors, cube_count, cube_dim } = ElementwiseGrid::new::<R, F>(client, len);
     adamw_kernel::launch_unchecked::<F, R>(
         client,
         cube_count,
@@ -197,7 +197,7 @@ pub fn adamw_group_size<R: Runtime>(client: &ComputeClient<R>) -> usize {
 /// parameter and both moments are overwritten with their updated values (no new buffers,
 /// a third less memory traffic written to fresh pages), every gradient multiplied by
 /// `scale[0]`. The members are updated `width` elements to a vector: pass a width that
-/// divides every member's length ([`vector_width`] of their common divisor, or 1).
+/// divides every member's length ([`vector_width`](crate::vector_width) of their common divisor, or 1).
 ///
 /// # Safety
 /// As [`launch_adamw`] for each member's four tensors (contiguous, `len` elements of `F`)
@@ -237,24 +237,6 @@ pub unsafe fn launch_adamw_in_place<R: Runtime, F: Float + CubeElement>(
         vectors.into_iter().collect(),
         scalars_launch(scalars),
     );
-}
-
-/// One unit per vector of `width` elements over `len` elements of `F`.
-struct Grid {
-    width: usize,
-    vectors: usize,
-    cube_count: CubeCount,
-    cube_dim: CubeDim,
-}
-
-impl Grid {
-    fn new<R: Runtime, F>(client: &ComputeClient<R>, len: usize) -> Self {
-        let width = vector_width(client, size_of::<F>(), len);
-        let vectors = len / width;
-        let cube_dim = CubeDim::new(client, vectors);
-        let cube_count = calculate_cube_count_elemwise(client, vectors, cube_dim);
-        Self { width, vectors, cube_count, cube_dim }
-    }
 }
 
 fn scalars_launch<R: Runtime>(scalars: AdamWScalars) -> AdamWScalarsLaunch<R> {

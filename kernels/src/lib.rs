@@ -1,6 +1,6 @@
 //! CubeCL kernels for leanburn's memory-bounded convolutions, its fused attention, its
 //! transformer rows (LayerNorm, the LM head's loss, the embedding's and a bias's
-//! gradients) and its optimizer (the AdamW update, the clipping factor), each with a
+//! gradients, GELU's derivative) and its optimizer (the AdamW update, the clipping factor), each with a
 //! plain-Rust CPU reference that the tests compare it against.
 //!
 //! Layout (the classic im2col one, with the batch folded into the columns so one GEMM
@@ -22,6 +22,7 @@ mod attention;
 mod col2im;
 mod column_sums;
 mod embedding_grad;
+mod gelu;
 mod geometry;
 mod global_norm;
 mod im2col;
@@ -49,6 +50,7 @@ pub use column_sums::{
     MAX_COLUMN_SUM_VECTORS, ROW_LANES,
 };
 pub use embedding_grad::{embedding_grad_blocks, embedding_grad_kernel, launch_embedding_grad};
+pub use gelu::{gelu_backward_kernel, launch_gelu_backward};
 pub use geometry::{ConvGeometry, ConvGeometryArgs, ConvGeometryArgsLaunch};
 pub use global_norm::{
     clip_factor_kernel, launch_clip_factor, launch_squares, squares_group_size, squares_kernel, squares_partials,

@@ -24,6 +24,7 @@ use leanburn_kernels::ConvGeometry;
 
 use super::bias_grad::BiasGradOps;
 use super::embedding::EmbeddingOps;
+use super::gelu::GeluOps;
 use super::gemm::GemmOps;
 
 /// How a backend moves pixels between an image and a column matrix.
@@ -34,7 +35,7 @@ use super::gemm::GemmOps;
 ///
 /// It is also what `Lean<B>` asks of `B` (its one bound): the GEMM and the embedding's
 /// and the bias's gradients come with it as supertraits.
-pub trait ChunkedConv: GemmOps + EmbeddingOps + BiasGradOps {
+pub trait ChunkedConv: GemmOps + EmbeddingOps + BiasGradOps + GeluOps {
     /// Column-matrix-sized buffers alive at once inside [`Self::im2col`]: what the chunk
     /// planner charges per image.
     fn im2col_copies() -> usize {

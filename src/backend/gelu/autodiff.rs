@@ -1,5 +1,5 @@
 //! `exact_gelu` on `Autodiff<B>`: Burn's own GELU node (kept or recomputed by the
-//! checkpointing strategy, as Burn's), with the exact derivative as its backward.
+//! checkpointing strategy, as Burn's), with the exact derivative (`GeluOps::exact_gelu_backward`) as its backward.
 
 use core::marker::PhantomData;
 
@@ -14,18 +14,18 @@ use burn::backend::Autodiff;
 use burn_backend::tensor::FloatTensor;
 use burn_backend::Backend;
 
-use super::{gelu_derivative, GeluOps};
+use super::GeluOps;
 
 #[derive(Debug)]
 struct ExactGeluBackward;
 
-impl<B: Backend> Backward<B, 1> for ExactGeluBackward {
+impl<B: GeluOps> Backward<B, 1> for ExactGeluBackward {
     /// The input's node: its value is kept or recomputed, as the strategy decides.
     type State = NodeId;
 
     fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, checkpointer: &mut Checkpointer) {
         let input: FloatTensor<B> = checkpointer.retrieve_node_output(ops.state);
-        unary::<B, _>(ops.parents, ops.node, grads, |grad| gelu_derivative::<B>(input, grad));
+        unary::<B, _>(ops.parents, ops.node, grads, |grad| B::exact_gelu_backward(input, grad));
     }
 }
 

@@ -11,15 +11,21 @@
 //! derivative, `Φ(x) + x·φ(x)`, on every backend: [`exact_gelu`] in a model instead of
 //! `burn::nn::Gelu` (leanburn's GPT-2 does). `Lean<B>`'s own `gelu_backward` is the exact one
 //! as well, so Burn's `Gelu` is exact on `Autodiff<Lean<B>>`.
+//!
+//! The derivative itself is [`GeluOps::exact_gelu_backward`]: one pass where the backend
+//! has one (Flex's own exact `gelu_backward`; leanburn's kernel on the CubeCL backends,
+//! queued as one custom operation on Burn's fusion stacks), else [`gelu_derivative`]'s
+//! eleven element-wise ops.
 
 mod autodiff;
+mod cube;
+mod fused;
 
 use burn::backend::{Flex, NdArray};
 use burn::tensor::{Tensor, TensorPrimitive};
+use burn_backend::ops::ActivationOps;
 use burn_backend::tensor::FloatTensor;
 use burn_backend::Backend;
-use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElement};
-use burn_fusion::{Fusion, FusionBackend};
 
 use super::conv::ChunkedConv;
 use super::Lean;
@@ -36,24 +42,39 @@ pub trait GeluOps: Backend {
     fn exact_gelu(x: FloatTensor<Self>) -> FloatTensor<Self> {
         Self::gelu(x)
     }
+
+    /// `grad · (Φ(x) + x·φ(x))`, GELU's exact derivative at `x` times its output's gradient
+    /// (same shape and type): [`exact_gelu`]'s backward under `Autodiff`. By default
+    /// [`gelu_derivative`]'s element-wise ops.
+    fn exact_gelu_backward(x: FloatTensor<Self>, grad: FloatTensor<Self>) -> FloatTensor<Self> {
+        gelu_derivative::<Self>(x, grad)
+    }
+
+    /// Whether [`exact_gelu_backward`](Self::exact_gelu_backward) runs leanburn's kernel for
+    /// inputs of `dtype` (the fused stacks ask their inner backend).
+    fn gelu_kernel(_dtype: burn_backend::DType) -> bool {
+        false
+    }
 }
 
-impl GeluOps for Flex {}
+impl GeluOps for Flex {
+    /// Flex's own `gelu_backward`: the exact derivative in one pass.
+    fn exact_gelu_backward(x: FloatTensor<Self>, grad: FloatTensor<Self>) -> FloatTensor<Self> {
+        Flex::gelu_backward(x, grad)
+    }
+}
 
 impl GeluOps for NdArray {}
 
-impl<B: FusionBackend> GeluOps for Fusion<B> {}
+impl<B: ChunkedConv> GeluOps for Lean<B> {
+    fn exact_gelu_backward(x: FloatTensor<Self>, grad: FloatTensor<Self>) -> FloatTensor<Self> {
+        B::exact_gelu_backward(x, grad)
+    }
 
-impl<R, F, I, BT> GeluOps for CubeBackend<R, F, I, BT>
-where
-    R: CubeRuntime,
-    F: FloatElement,
-    I: IntElement,
-    BT: BoolElement,
-{
+    fn gelu_kernel(dtype: burn_backend::DType) -> bool {
+        B::gelu_kernel(dtype)
+    }
 }
-
-impl<B: ChunkedConv> GeluOps for Lean<B> {}
 
 /// [`GeluOps::exact_gelu`] on tensors of any rank.
 pub fn exact_gelu<B: GeluOps, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> {
@@ -61,7 +82,8 @@ pub fn exact_gelu<B: GeluOps, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> {
 }
 
 /// `grad · (Φ(x) + x·φ(x))`: the gradient through GELU at `x`, exactly, composed of `B`'s
-/// element-wise ops (one fused kernel on Burn's fusion stacks).
+/// element-wise ops (one fused kernel on Burn's fusion stacks, but eleven operations in
+/// its stream).
 pub fn gelu_derivative<B: Backend>(x: FloatTensor<B>, grad: FloatTensor<B>) -> FloatTensor<B> {
     let cdf = B::float_erf(B::float_mul_scalar(x.clone(), FRAC_1_SQRT_2.into()));
     let cdf = B::float_mul_scalar(B::float_add_scalar(cdf, 1.0.into()), 0.5.into());
@@ -69,3 +91,6 @@ pub fn gelu_derivative<B: Backend>(x: FloatTensor<B>, grad: FloatTensor<B>) -> F
     let x_pdf = B::float_mul(x, B::float_mul_scalar(pdf, FRAC_1_SQRT_2PI.into()));
     B::float_mul(grad, B::float_add(cdf, x_pdf))
 }
+
+#[cfg(test)]
+mod tests;

@@ -11,11 +11,11 @@ use burn_backend::ops::ActivationOps;
 use burn_backend::tensor::FloatTensor;
 
 use super::forward::forward;
-use crate::backend::{gelu_derivative, ChunkedConv, Lean};
+use crate::backend::{ChunkedConv, Lean};
 
 impl<B: ChunkedConv> ActivationOps<Self> for Lean<B> {
     fn gelu_backward(x: FloatTensor<Self>, grad: FloatTensor<Self>) -> FloatTensor<Self> {
-        gelu_derivative::<B>(x, grad)
+        B::exact_gelu_backward(x, grad)
     }
 
     forward! {
