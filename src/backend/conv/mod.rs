@@ -33,8 +33,8 @@ use super::gemm::GemmOps;
 /// `image` is the whole `[batch, channels, h, w]` tensor and the chunk is the images
 /// `batch_offset .. batch_offset + chunk`.
 ///
-/// It is also what `Lean<B>` asks of `B` (its one bound): the GEMM and the embedding's
-/// and the bias's gradients come with it as supertraits.
+/// It is also what `Lean<B>` asks of `B` (its one bound): the GEMM, the embedding's and
+/// the bias's gradients and GELU's derivative come with it as supertraits.
 pub trait ChunkedConv: GemmOps + EmbeddingOps + BiasGradOps + GeluOps {
     /// Column-matrix-sized buffers alive at once inside [`Self::im2col`]: what the chunk
     /// planner charges per image.
