@@ -50,7 +50,7 @@ pub use column_sums::{
     MAX_COLUMN_SUM_VECTORS, ROW_LANES,
 };
 pub use embedding_grad::{embedding_grad_blocks, embedding_grad_kernel, launch_embedding_grad};
-pub use gelu::{gelu_backward_kernel, launch_gelu_backward};
+pub use gelu::{gelu_backward_kernel, gelu_kernel, launch_gelu, launch_gelu_backward, GeluBias};
 pub use geometry::{ConvGeometry, ConvGeometryArgs, ConvGeometryArgsLaunch};
 pub use global_norm::{
     clip_factor_kernel, launch_clip_factor, launch_squares, squares_group_size, squares_kernel, squares_partials,

@@ -21,7 +21,13 @@ pub(crate) struct ElementwiseGrid {
 
 impl ElementwiseGrid {
     pub fn new<R: Runtime, F>(client: &ComputeClient<R>, len: usize) -> Self {
-        let width = vector_width(client, size_of::<F>(), len);
+        Self::dividing::<R, F>(client, len, len)
+    }
+
+    /// As [`new`](Self::new), with vectors that also divide `row` (a row of a per-row
+    /// operand, such as a bias added to every row).
+    pub fn dividing<R: Runtime, F>(client: &ComputeClient<R>, len: usize, row: usize) -> Self {
+        let width = vector_width(client, size_of::<F>(), len | row);
         let vectors = len / width;
         let cube_dim = CubeDim::new(client, vectors);
         let cube_count = calculate_cube_count_elemwise(client, vectors, cube_dim);

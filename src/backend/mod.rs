@@ -92,7 +92,7 @@ pub use bias_grad::BiasGradOps;
 pub use budget::{ConvBudget, InvalidBudget};
 pub use conv::{conv2d_plan, conv_transpose2d_plan, ChunkedConv, ConvPlan};
 pub use embedding::EmbeddingOps;
-pub use gelu::{exact_gelu, gelu_derivative, GeluOps};
+pub use gelu::{bias_gelu, exact_gelu, gelu_derivative, GeluOps};
 pub(crate) use gemm::gemm;
 pub use gemm::{
     f32_gemm, gemm_fused_adds, gemm_operand_copies, gemm_order, set_f32_gemm, set_gemm_fused_adds, set_gemm_order,

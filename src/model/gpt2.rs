@@ -18,13 +18,13 @@
 //! steps free each chunk's logits, and training steps use the fused loss of
 //! [`lm_head_loss`](super::lm_head_loss), which also keeps none for the backward pass.
 
-use crate::backend::{exact_gelu, layer_norm, lean_attention_packed, split_packed_heads, TransformerOps};
+use crate::backend::{bias_gelu, exact_gelu, layer_norm, lean_attention_packed, split_packed_heads, TransformerOps};
 use burn::module::{Initializer, Module};
 use burn::nn::loss::CrossEntropyLossConfig;
 use burn::nn::{Dropout, DropoutConfig, Embedding, EmbeddingConfig, LayerNorm, LayerNormConfig, Linear, LinearConfig};
 use burn::prelude::*;
 use burn::tensor::backend::AutodiffBackend;
-use burn::tensor::module::attention;
+use burn::tensor::module::{attention, linear};
 use burn::tensor::ops::AttentionModuleOptions;
 use burn::train::metric::ItemLazy;
 use burn::train::{InferenceStep, TrainOutput, TrainStep};
@@ -294,9 +294,18 @@ impl<B: TransformerOps> CausalSelfAttention<B> {
 }
 
 impl<B: TransformerOps> Mlp<B> {
+    /// The expansion's bias is added by [`bias_gelu`] (one op with the GELU where the
+    /// backend has leanburn's kernels).
     fn forward(&self, x: Tensor<B, 2>) -> Tensor<B, 2> {
-        let x = self.expand.forward(x);
-        let x = if self.burn_gelu { burn::tensor::activation::gelu(x) } else { exact_gelu(x) };
+        let x = if self.burn_gelu {
+            burn::tensor::activation::gelu(self.expand.forward(x))
+        } else {
+            let x = linear(x, self.expand.weight.val(), None);
+            match &self.expand.bias {
+                Some(bias) => bias_gelu(x, bias.val()),
+                None => exact_gelu(x),
+            }
+        };
         self.dropout.forward(self.project.forward(x))
     }
 }

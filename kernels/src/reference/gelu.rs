@@ -1,4 +1,4 @@
-//! GELU's exact derivative, in f64.
+//! GELU and its exact derivative, in f64.
 
 /// erf: below |x| = 2.5 its Maclaurin series `2/√π · Σ (−1)ⁿ x²ⁿ⁺¹ / (n! (2n + 1))`
 /// (terms below 100, summed in f64 until they vanish), beyond it `1 − erfc` with erfc
@@ -27,14 +27,24 @@ pub fn erf(x: f64) -> f64 {
     sum * 2.0 / std::f64::consts::PI.sqrt()
 }
 
-/// `grad · (Φ(x) + x·φ(x))`, GELU's derivative at each `x` times its output's gradient.
-pub fn gelu_backward(x: &[f32], grad: &[f32]) -> Vec<f64> {
+/// `Φ(x)`, the standard normal CDF.
+fn normal_cdf(x: f64) -> f64 {
+    0.5 * (1.0 + erf(x / std::f64::consts::SQRT_2))
+}
+
+/// `x·Φ(x)`, GELU at each pre-activation `x`.
+pub fn gelu(x: &[f64]) -> Vec<f64> {
+    x.iter().map(|&x| x * normal_cdf(x)).collect()
+}
+
+/// `grad · (Φ(x) + x·φ(x))`, GELU's derivative at each pre-activation `x` times its
+/// output's gradient.
+pub fn gelu_backward(x: &[f64], grad: &[f32]) -> Vec<f64> {
     let derivative = |x: f64| {
-        let cdf = 0.5 * (1.0 + erf(x / std::f64::consts::SQRT_2));
         let pdf = (-0.5 * x * x).exp() / (2.0 * std::f64::consts::PI).sqrt();
-        cdf + x * pdf
+        normal_cdf(x) + x * pdf
     };
-    x.iter().zip(grad).map(|(&x, &g)| f64::from(g) * derivative(f64::from(x))).collect()
+    x.iter().zip(grad).map(|(&x, &g)| f64::from(g) * derivative(x)).collect()
 }
 
 #[cfg(test)]

@@ -15,6 +15,6 @@ pub use attention::{attention, attention_backward, block_softmax, block_softmax_
 pub use column_sums::column_sums;
 pub use conv::{col2im, im2col};
 pub use embedding::embedding_grad;
-pub use gelu::{erf, gelu_backward};
+pub use gelu::{erf, gelu, gelu_backward};
 pub use layer_norm::{layer_norm, layer_norm_backward};
 pub use lm_head_loss::lm_head_loss_rows;

@@ -1,5 +1,7 @@
 //! `exact_gelu` on `Autodiff<B>`: Burn's own GELU node (kept or recomputed by the
 //! checkpointing strategy, as Burn's), with the exact derivative (`GeluOps::exact_gelu_backward`) as its backward.
+//! `bias_gelu`: one node where `B` has the kernels (its backward `B::bias_gelu_backward`
+//! and the bias's column sums), else the add's node and `exact_gelu`'s.
 
 use core::marker::PhantomData;
 
@@ -12,9 +14,9 @@ use burn::backend::autodiff::ops::{unary, Backward, Ops, OpsKind};
 use burn::backend::autodiff::NodeId;
 use burn::backend::Autodiff;
 use burn_backend::tensor::FloatTensor;
-use burn_backend::Backend;
+use burn_backend::{Backend, TensorMetadata};
 
-use super::GeluOps;
+use super::{add_bias, bias_fits, GeluOps};
 
 #[derive(Debug)]
 struct ExactGeluBackward;
@@ -43,6 +45,28 @@ impl<B: GeluOps> RetroForward for RetroExactGelu<B> {
     }
 }
 
+#[derive(Debug)]
+struct BiasGeluBackward;
+
+impl<B: GeluOps> Backward<B, 2> for BiasGeluBackward {
+    /// The input and the bias.
+    type State = (FloatTensor<B>, FloatTensor<B>);
+
+    fn backward(self, ops: Ops<Self::State, 2>, grads: &mut Gradients, _checkpointer: &mut Checkpointer) {
+        let [node_x, node_bias] = ops.parents;
+        let grad = grads.consume::<B>(&ops.node);
+        let (x, bias) = ops.state;
+        let pre_activation_grad = B::bias_gelu_backward(x, bias, grad);
+        if let Some(node) = node_bias {
+            // Burn's linear layer's bias gradient (leanburn's column sums on `Lean`).
+            grads.register::<B>(node.id, B::linear_bias_backward(pre_activation_grad.clone()));
+        }
+        if let Some(node) = node_x {
+            grads.register::<B>(node.id, pre_activation_grad);
+        }
+    }
+}
+
 impl<B: GeluOps, C: CheckpointStrategy> GeluOps for Autodiff<B, C> {
     fn exact_gelu(x: FloatTensor<Self>) -> FloatTensor<Self> {
         let retro = RetroExactGelu::<B> { input: x.node.id, _backend: PhantomData };
@@ -59,5 +83,26 @@ impl<B: GeluOps, C: CheckpointStrategy> GeluOps for Autodiff<B, C> {
             }
             OpsKind::UnTracked(prep) => prep.finish(B::exact_gelu(x.primitive)),
         }
+    }
+
+    /// One node where `B` has the kernels; else the add's node and `exact_gelu`'s (on
+    /// Flex, say, the add and its one-pass GELU forward and backward: a node here would
+    /// add the bias again in the backward).
+    fn bias_gelu(x: FloatTensor<Self>, bias: FloatTensor<Self>) -> FloatTensor<Self> {
+        let fits = B::gelu_kernel(x.primitive.dtype()) && bias_fits(&x.primitive.shape(), &bias.primitive.shape());
+        if !fits {
+            return Self::exact_gelu(add_bias::<Self>(x, bias));
+        }
+        match BiasGeluBackward.prepare::<C>([x.node.clone(), bias.node.clone()]).compute_bound().stateful() {
+            OpsKind::Tracked(prep) => {
+                let y = B::bias_gelu(x.primitive.clone(), bias.primitive.clone());
+                prep.finish((x.primitive, bias.primitive), y)
+            }
+            OpsKind::UnTracked(prep) => prep.finish(B::bias_gelu(x.primitive, bias.primitive)),
+        }
+    }
+
+    fn gelu_kernel(dtype: burn_backend::DType) -> bool {
+        B::gelu_kernel(dtype)
     }
 }

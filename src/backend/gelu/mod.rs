@@ -15,20 +15,26 @@
 //! The derivative itself is [`GeluOps::exact_gelu_backward`]: one pass where the backend
 //! has one (Flex's own exact `gelu_backward`; leanburn's kernel on the CubeCL backends,
 //! queued as one custom operation on Burn's fusion stacks), else [`gelu_derivative`]'s
-//! eleven element-wise ops.
+//! eleven element-wise ops. On the CubeCL backends the forward is leanburn's kernel too
+//! (Burn's composed `gelu` is five operations on the fusion stacks).
+//!
+//! [`bias_gelu`] is `gelu(x + bias)`, the bias of the linear layer before it added to every
+//! row: where the backend has the kernels, one pass forward and one backward that add the
+//! bias as they read `x` (one graph node under `Autodiff`, whose backward gives `x` the
+//! pre-activation's gradient and the bias its column sums), where Burn's linear layer and
+//! GELU are, on the fusion stacks, a reshape of the bias, its add and GELU's five
+//! operations; elsewhere (Flex, ndarray) the add and [`exact_gelu`], as before.
 
 mod autodiff;
 mod cube;
 mod fused;
+mod lean;
 
 use burn::backend::{Flex, NdArray};
 use burn::tensor::{Tensor, TensorPrimitive};
 use burn_backend::ops::ActivationOps;
 use burn_backend::tensor::FloatTensor;
-use burn_backend::Backend;
-
-use super::conv::ChunkedConv;
-use super::Lean;
+use burn_backend::{Backend, Shape, TensorMetadata};
 
 /// 1/√2.
 const FRAC_1_SQRT_2: f64 = std::f64::consts::FRAC_1_SQRT_2;
@@ -37,8 +43,9 @@ const FRAC_1_SQRT_2PI: f64 = 0.398_942_280_401_432_7;
 
 /// A backend whose GELU trains with the exact derivative; see the [module docs](self).
 pub trait GeluOps: Backend {
-    /// GELU, `x·Φ(x)` with `Φ` the standard normal CDF (the erf form). Without autodiff it
-    /// is the backend's own `gelu`; under `Autodiff` its backward is [`gelu_derivative`]'s.
+    /// GELU, `x·Φ(x)` with `Φ` the standard normal CDF (the erf form): by default the
+    /// backend's own `gelu`, on the CubeCL backends leanburn's kernel; under `Autodiff` its
+    /// backward is [`exact_gelu_backward`](Self::exact_gelu_backward).
     fn exact_gelu(x: FloatTensor<Self>) -> FloatTensor<Self> {
         Self::gelu(x)
     }
@@ -50,8 +57,22 @@ pub trait GeluOps: Backend {
         gelu_derivative::<Self>(x, grad)
     }
 
-    /// Whether [`exact_gelu_backward`](Self::exact_gelu_backward) runs leanburn's kernel for
-    /// inputs of `dtype` (the fused stacks ask their inner backend).
+    /// `gelu(x + bias)`, `bias` `[d]` added to every row of `x` `[..., d]` first: one node
+    /// under `Autodiff` where the backend has leanburn's kernels; by default `bias`'s add
+    /// and [`exact_gelu`](Self::exact_gelu) (under `Autodiff` their two nodes).
+    fn bias_gelu(x: FloatTensor<Self>, bias: FloatTensor<Self>) -> FloatTensor<Self> {
+        Self::exact_gelu(add_bias::<Self>(x, bias))
+    }
+
+    /// `grad · gelu′(x + bias)`, the gradient of `x + bias` (and so of `x`) through
+    /// [`bias_gelu`](Self::bias_gelu); by default the add and
+    /// [`exact_gelu_backward`](Self::exact_gelu_backward).
+    fn bias_gelu_backward(x: FloatTensor<Self>, bias: FloatTensor<Self>, grad: FloatTensor<Self>) -> FloatTensor<Self> {
+        Self::exact_gelu_backward(add_bias::<Self>(x, bias), grad)
+    }
+
+    /// Whether leanburn's kernels run the GELU and its derivative for inputs of `dtype`
+    /// (the fused stacks and `Autodiff` ask their inner backend).
     fn gelu_kernel(_dtype: burn_backend::DType) -> bool {
         false
     }
@@ -66,19 +87,35 @@ impl GeluOps for Flex {
 
 impl GeluOps for NdArray {}
 
-impl<B: ChunkedConv> GeluOps for Lean<B> {
-    fn exact_gelu_backward(x: FloatTensor<Self>, grad: FloatTensor<Self>) -> FloatTensor<Self> {
-        B::exact_gelu_backward(x, grad)
-    }
+/// `x + bias`, `bias` `[d]` added to every row of `x` `[..., d]`.
+fn add_bias<B: Backend>(x: FloatTensor<B>, bias: FloatTensor<B>) -> FloatTensor<B> {
+    let mut dims = vec![1; x.shape().num_dims().saturating_sub(1)];
+    dims.extend(bias.shape().iter().copied());
+    B::float_add(x, B::float_reshape(bias, Shape::from(dims)))
+}
 
-    fn gelu_kernel(dtype: burn_backend::DType) -> bool {
-        B::gelu_kernel(dtype)
-    }
+/// Whether `bias` is a vector as long as the rows of `x` (and neither is empty): what the
+/// kernels take.
+fn bias_fits(x: &Shape, bias: &Shape) -> bool {
+    let row = x.as_slice().last().copied();
+    bias.num_dims() == 1 && row == Some(bias[0]) && bias[0] > 0 && x.num_elements() > 0
 }
 
 /// [`GeluOps::exact_gelu`] on tensors of any rank.
 pub fn exact_gelu<B: GeluOps, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> {
     Tensor::from_primitive(TensorPrimitive::Float(B::exact_gelu(x.into_primitive().tensor())))
+}
+
+/// [`GeluOps::bias_gelu`]: `gelu(x + bias)` with `bias` `[d]` added to every row of `x`
+/// `[..., d]` (the linear layer before it computed without its bias).
+///
+/// # Panics
+/// If `bias`'s length is not `x`'s last dimension.
+pub fn bias_gelu<B: GeluOps, const D: usize>(x: Tensor<B, D>, bias: Tensor<B, 1>) -> Tensor<B, D> {
+    let ([row], [d]) = ([x.dims()[D - 1]], bias.dims());
+    assert_eq!(row, d, "a bias of {d} for rows of {row}");
+    let (x, bias) = (x.into_primitive().tensor(), bias.into_primitive().tensor());
+    Tensor::from_primitive(TensorPrimitive::Float(B::bias_gelu(x, bias)))
 }
 
 /// `grad · (Φ(x) + x·φ(x))`: the gradient through GELU at `x`, exactly, composed of `B`'s
