@@ -47,6 +47,16 @@ fn bias_at<F: Float, N: Size>(
     b
 }
 
+/// Element `i` of `x [+ b]`, in f32.
+#[cube]
+fn pre_activation<F: Float, N: Size>(x: Vector<F, N>, b: Vector<F, N>, i: usize, #[comptime] has_bias: bool) -> f32 {
+    let mut v = f32::cast_from(x[i]);
+    if has_bias {
+        v += f32::cast_from(b[i]);
+    }
+    v
+}
+
 /// One unit per vector of `N` elements: `y = gelu(x [+ bias])`, with `bias` (`[row]`,
 /// `row_vectors` vectors) added to every row where `has_bias` (else not read).
 #[cube(launch_unchecked)]
@@ -67,10 +77,7 @@ pub fn gelu_kernel<F: Float, N: Size>(
     let mut out = Vector::<F, N>::empty();
     #[unroll]
     for i in 0..x.vector_size() {
-        let mut v = f32::cast_from(x[i]);
-        if has_bias {
-            v += f32::cast_from(b[i]);
-        }
+        let v = pre_activation(x, b, i, has_bias);
         out[i] = F::cast_from(v * normal_cdf(v));
     }
     y[at] = out;
@@ -98,10 +105,7 @@ pub fn gelu_backward_kernel<F: Float, N: Size>(
     let mut out = Vector::<F, N>::empty();
     #[unroll]
     for i in 0..x.vector_size() {
-        let mut v = f32::cast_from(x[i]);
-        if has_bias {
-            v += f32::cast_from(b[i]);
-        }
+        let v = pre_activation(x, b, i, has_bias);
         out[i] = F::cast_from(f32::cast_from(grad[i]) * gelu_slope(v));
     }
     grad_x[at] = out;
