@@ -1,7 +1,8 @@
 //! `exact_gelu` on `Autodiff<B>`: Burn's own GELU node (kept or recomputed by the
 //! checkpointing strategy, as Burn's), with the exact derivative (`GeluOps::exact_gelu_backward`) as its backward.
-//! `bias_gelu`: one node where `B` has the kernels (its backward `B::bias_gelu_backward`
-//! and the bias's column sums), else the add's node and `exact_gelu`'s.
+//! `bias_gelu`: one node where `B` has the kernels (memory-bound and recomputable as
+//! Burn's GELU; its backward `B::bias_gelu_backward` and the bias's column sums), else the
+//! add's node and `exact_gelu`'s.
 
 use core::marker::PhantomData;
 
@@ -49,13 +50,14 @@ impl<B: GeluOps> RetroForward for RetroExactGelu<B> {
 struct BiasGeluBackward;
 
 impl<B: GeluOps> Backward<B, 2> for BiasGeluBackward {
-    /// The input and the bias.
-    type State = (FloatTensor<B>, FloatTensor<B>);
+    /// The input's and the bias's nodes: kept or recomputed, as the strategy decides.
+    type State = (NodeId, NodeId);
 
-    fn backward(self, ops: Ops<Self::State, 2>, grads: &mut Gradients, _checkpointer: &mut Checkpointer) {
+    fn backward(self, ops: Ops<Self::State, 2>, grads: &mut Gradients, checkpointer: &mut Checkpointer) {
         let [node_x, node_bias] = ops.parents;
         let grad = grads.consume::<B>(&ops.node);
-        let (x, bias) = ops.state;
+        let x: FloatTensor<B> = checkpointer.retrieve_node_output(ops.state.0);
+        let bias: FloatTensor<B> = checkpointer.retrieve_node_output(ops.state.1);
         let pre_activation_grad = B::bias_gelu_backward(x, bias, grad);
         if let Some(node) = node_bias {
             // Burn's linear layer's bias gradient (leanburn's column sums on `Lean`).
@@ -64,6 +66,23 @@ impl<B: GeluOps> Backward<B, 2> for BiasGeluBackward {
         if let Some(node) = node_x {
             grads.register::<B>(node.id, pre_activation_grad);
         }
+    }
+}
+
+/// Recomputes `bias_gelu` from its inputs, for a checkpointing strategy that drops it (as
+/// Burn's GELU node: a memory-bound op is recomputed rather than kept).
+#[derive(Debug, Clone)]
+struct RetroBiasGelu<B: Backend> {
+    x: NodeId,
+    bias: NodeId,
+    _backend: PhantomData<B>,
+}
+
+impl<B: GeluOps> RetroForward for RetroBiasGelu<B> {
+    fn forward(&self, states: &mut BackwardStates, out_node: NodeId) {
+        let x = states.get_state::<FloatTensor<B>>(&self.x);
+        let bias = states.get_state::<FloatTensor<B>>(&self.bias);
+        states.save(out_node, B::bias_gelu(x, bias))
     }
 }
 
@@ -93,10 +112,17 @@ impl<B: GeluOps, C: CheckpointStrategy> GeluOps for Autodiff<B, C> {
         if !fits {
             return Self::exact_gelu(add_bias::<Self>(x, bias));
         }
-        match BiasGeluBackward.prepare::<C>([x.node.clone(), bias.node.clone()]).compute_bound().stateful() {
-            OpsKind::Tracked(prep) => {
-                let y = B::bias_gelu(x.primitive.clone(), bias.primitive.clone());
-                prep.finish((x.primitive, bias.primitive), y)
+        let retro = RetroBiasGelu::<B> { x: x.node.id, bias: bias.node.id, _backend: PhantomData };
+        match BiasGeluBackward
+            .prepare::<C>([x.node.clone(), bias.node.clone()])
+            .memory_bound()
+            .retro_forward(retro)
+            .parents([&x, &bias])
+            .stateful()
+        {
+            OpsKind::Tracked(mut prep) => {
+                let state = (prep.checkpoint(&x), prep.checkpoint(&bias));
+                prep.finish(state, B::bias_gelu(x.primitive, bias.primitive))
             }
             OpsKind::UnTracked(prep) => prep.finish(B::bias_gelu(x.primitive, bias.primitive)),
         }
