@@ -36,6 +36,8 @@ use burn_backend::ops::ActivationOps;
 use burn_backend::tensor::FloatTensor;
 use burn_backend::{Backend, Shape, TensorMetadata};
 
+use super::gemm::leading_ones;
+
 /// 1/√2.
 const FRAC_1_SQRT_2: f64 = std::f64::consts::FRAC_1_SQRT_2;
 /// 1/√(2π), the standard normal density at 0.
@@ -89,9 +91,8 @@ impl GeluOps for NdArray {}
 
 /// `x + bias`, `bias` `[d]` added to every row of `x` `[..., d]`.
 fn add_bias<B: Backend>(x: FloatTensor<B>, bias: FloatTensor<B>) -> FloatTensor<B> {
-    let mut dims = vec![1; x.shape().num_dims().saturating_sub(1)];
-    dims.extend(bias.shape().iter().copied());
-    B::float_add(x, B::float_reshape(bias, Shape::from(dims)))
+    let rank = x.shape().num_dims();
+    B::float_add(x, leading_ones::<B>(bias, rank))
 }
 
 /// Whether `bias` is a vector as long as the rows of `x` (and neither is empty): what the
