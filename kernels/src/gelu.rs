@@ -11,6 +11,7 @@
 
 use cubecl::prelude::*;
 
+use crate::row_bias::{bias_at, biased, row_grid, RowBias};
 use crate::vector::ElementwiseGrid;
 
 /// 1/√2.
@@ -28,33 +29,6 @@ fn normal_cdf(v: f32) -> f32 {
 #[cube]
 fn gelu_slope(v: f32) -> f32 {
     normal_cdf(v) + v * (v * v * -0.5f32).exp() * FRAC_1_SQRT_2PI
-}
-
-/// The bias vector for the vector at `at` (rows of `row_vectors` vectors), or `x` itself
-/// where there is no bias (then not read).
-#[cube]
-fn bias_at<F: Float, N: Size>(
-    x: Vector<F, N>,
-    bias: &Tensor<Vector<F, N>>,
-    at: usize,
-    row_vectors: usize,
-    #[comptime] has_bias: bool,
-) -> Vector<F, N> {
-    let mut b = x;
-    if has_bias {
-        b = bias[at % row_vectors];
-    }
-    b
-}
-
-/// Element `i` of `x [+ b]`, in f32.
-#[cube]
-fn pre_activation<F: Float, N: Size>(x: Vector<F, N>, b: Vector<F, N>, i: usize, #[comptime] has_bias: bool) -> f32 {
-    let mut v = f32::cast_from(x[i]);
-    if has_bias {
-        v += f32::cast_from(b[i]);
-    }
-    v
 }
 
 /// One unit per vector of `N` elements: `y = gelu(x [+ bias])`, with `bias` (`[row]`,
@@ -77,7 +51,7 @@ pub fn gelu_kernel<F: Float, N: Size>(
     let mut out = Vector::<F, N>::empty();
     #[unroll]
     for i in 0..x.vector_size() {
-        let v = pre_activation(x, b, i, has_bias);
+        let v = biased(x, b, i, has_bias);
         out[i] = F::cast_from(v * normal_cdf(v));
     }
     y[at] = out;
@@ -105,26 +79,10 @@ pub fn gelu_backward_kernel<F: Float, N: Size>(
     let mut out = Vector::<F, N>::empty();
     #[unroll]
     for i in 0..x.vector_size() {
-        let v = pre_activation(x, b, i, has_bias);
+        let v = biased(x, b, i, has_bias);
         out[i] = F::cast_from(f32::cast_from(grad[i]) * gelu_slope(v));
     }
     grad_x[at] = out;
-}
-
-/// A GELU's bias: `len` elements added to every row of that many, or none.
-pub struct GeluBias<R: Runtime> {
-    /// The bias; any tensor where `row` is `None` (then not read).
-    pub arg: TensorArg<R>,
-    /// The bias's (and each row's) length; `None`: no bias.
-    pub row: Option<usize>,
-}
-
-/// The launch over `len` elements of `F`: vectors that divide the bias's row where there
-/// is one.
-fn grid<R: Runtime, F>(client: &ComputeClient<R>, len: usize, row: Option<usize>) -> (ElementwiseGrid, usize) {
-    let grid = ElementwiseGrid::dividing::<R, F>(client, len, row.unwrap_or(len));
-    let row_vectors = row.unwrap_or(len) / grid.width;
-    (grid, row_vectors.max(1))
 }
 
 /// Runs [`gelu_kernel`] over `len` elements of `F`.
@@ -136,11 +94,12 @@ fn grid<R: Runtime, F>(client: &ComputeClient<R>, len: usize, row: Option<usize>
 pub unsafe fn launch_gelu<R: Runtime, F: Float + CubeElement>(
     client: &ComputeClient<R>,
     x: TensorArg<R>,
-    bias: GeluBias<R>,
+    bias: RowBias<R>,
     y: TensorArg<R>,
     len: usize,
 ) {
-    let (ElementwiseGrid { width, vectors, cube_count, cube_dim }, row_vectors) = grid::<R, F>(client, len, bias.row);
+    let (ElementwiseGrid { width, vectors, cube_count, cube_dim }, row_vectors) =
+        row_grid::<R, F>(client, len, bias.row);
     gelu_kernel::launch_unchecked::<F, R>(
         client,
         cube_count,
@@ -163,12 +122,13 @@ pub unsafe fn launch_gelu<R: Runtime, F: Float + CubeElement>(
 pub unsafe fn launch_gelu_backward<R: Runtime, F: Float + CubeElement>(
     client: &ComputeClient<R>,
     x: TensorArg<R>,
-    bias: GeluBias<R>,
+    bias: RowBias<R>,
     grad: TensorArg<R>,
     grad_x: TensorArg<R>,
     len: usize,
 ) {
-    let (ElementwiseGrid { width, vectors, cube_count, cube_dim }, row_vectors) = grid::<R, F>(client, len, bias.row);
+    let (ElementwiseGrid { width, vectors, cube_count, cube_dim }, row_vectors) =
+        row_grid::<R, F>(client, len, bias.row);
     gelu_backward_kernel::launch_unchecked::<F, R>(
         client,
         cube_count,

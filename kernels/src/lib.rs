@@ -1,6 +1,6 @@
 //! CubeCL kernels for leanburn's memory-bounded convolutions, its fused attention, its
 //! transformer rows (LayerNorm, the LM head's loss, the embedding's and a bias's
-//! gradients, GELU's derivative) and its optimizer (the AdamW update, the clipping factor), each with a
+//! gradients, GELU and its derivative, the residual add after a linear layer) and its optimizer (the AdamW update, the clipping factor), each with a
 //! plain-Rust CPU reference that the tests compare it against.
 //!
 //! Layout (the classic im2col one, with the batch folded into the columns so one GEMM
@@ -30,6 +30,8 @@ mod layer_norm;
 mod lm_head_loss;
 mod reduce;
 pub mod reference;
+mod residual;
+mod row_bias;
 mod tensor_group;
 mod vector;
 
@@ -50,7 +52,7 @@ pub use column_sums::{
     MAX_COLUMN_SUM_VECTORS, ROW_LANES,
 };
 pub use embedding_grad::{embedding_grad_blocks, embedding_grad_kernel, launch_embedding_grad};
-pub use gelu::{gelu_backward_kernel, gelu_kernel, launch_gelu, launch_gelu_backward, GeluBias};
+pub use gelu::{gelu_backward_kernel, gelu_kernel, launch_gelu, launch_gelu_backward};
 pub use geometry::{ConvGeometry, ConvGeometryArgs, ConvGeometryArgsLaunch};
 pub use global_norm::{
     clip_factor_kernel, launch_clip_factor, launch_squares, squares_group_size, squares_kernel, squares_partials,
@@ -63,4 +65,6 @@ pub use layer_norm::{
     layer_norm_param_grads_kernel, ROWS_PER_PARTIAL, ROW_UNITS,
 };
 pub use lm_head_loss::{launch_lm_head_loss_rows, lm_head_loss_rows_kernel, LOSS_ROW_UNITS};
+pub use residual::{launch_residual_add, residual_add_kernel};
+pub use row_bias::RowBias;
 pub use vector::vector_width;

@@ -14,7 +14,7 @@ use cubecl::server::Handle;
 use cubecl::wgpu::{WgpuDevice, WgpuRuntime};
 
 use leanburn_kernels::reference::{gelu, gelu_backward};
-use leanburn_kernels::{launch_gelu, launch_gelu_backward, GeluBias};
+use leanburn_kernels::{launch_gelu, launch_gelu_backward, RowBias};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
@@ -69,8 +69,8 @@ fn run<E: Element>(client: &ComputeClient<WgpuRuntime>, case: &Case, backward: b
     let x = upload(&case.x);
     let bias = case.bias.as_ref().filter(|_| use_bias).map(|bias| (upload(bias), bias.len()));
     let bias = match &bias {
-        Some((handle, row)) => GeluBias { arg: arg(handle, *row), row: Some(*row) },
-        None => GeluBias { arg: arg(&x, len), row: None },
+        Some((handle, row)) => RowBias { arg: arg(handle, *row), row: Some(*row) },
+        None => RowBias { arg: arg(&x, len), row: None },
     };
     let out = client.empty(len * size_of::<E>());
     // SAFETY: distinct buffers of `len` elements of `E` (the bias: `row` dividing `len`).

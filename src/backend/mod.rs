@@ -81,6 +81,7 @@ mod layer_norm;
 mod lm_head_loss;
 mod ops;
 pub(crate) mod optimizer;
+mod residual;
 mod switch;
 
 pub(crate) use attention::split_packed_heads;
@@ -102,6 +103,7 @@ pub use layer_norm::{layer_norm, LayerNormOps};
 pub use lm_head_loss::LmHeadLossOps;
 pub(crate) use lm_head_loss::{lm_head_loss, lm_head_token_losses};
 pub use optimizer::{AdamWParam, AdamWStep, OptimizerOps};
+pub use residual::{residual_linear, ResidualOps};
 
 /// A backend that forwards every op to `B`: the base leanburn replaces ops on.
 ///
@@ -241,8 +243,9 @@ impl<B: ChunkedConv> GemmOps for Lean<B> {
 
 /// What leanburn's transformer models need of a backend beyond Burn's ops: attention whose
 /// backward keeps no scores, GELU with its exact derivative, LayerNorm whose backward is
-/// one op, and the LM head's loss with its gradients chunk by chunk. Every backend leanburn
-/// runs (Flex, ndarray, CubeCL, Fusion, `Lean`) and `Autodiff` over them has all four.
-pub trait TransformerOps: AttentionOps + GeluOps + LayerNormOps + LmHeadLossOps {}
+/// one op, the residual add after a linear layer as one op, and the LM head's loss with its
+/// gradients chunk by chunk. Every backend leanburn runs (Flex, ndarray, CubeCL, Fusion,
+/// `Lean`) and `Autodiff` over them has all five.
+pub trait TransformerOps: AttentionOps + GeluOps + LayerNormOps + LmHeadLossOps + ResidualOps {}
 
-impl<B: AttentionOps + GeluOps + LayerNormOps + LmHeadLossOps> TransformerOps for B {}
+impl<B: AttentionOps + GeluOps + LayerNormOps + LmHeadLossOps + ResidualOps> TransformerOps for B {}

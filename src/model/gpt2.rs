@@ -18,7 +18,9 @@
 //! steps free each chunk's logits, and training steps use the fused loss of
 //! [`lm_head_loss`](super::lm_head_loss), which also keeps none for the backward pass.
 
-use crate::backend::{bias_gelu, exact_gelu, layer_norm, lean_attention_packed, split_packed_heads, TransformerOps};
+use crate::backend::{
+    bias_gelu, exact_gelu, layer_norm, lean_attention_packed, residual_linear, split_packed_heads, TransformerOps,
+};
 use burn::module::{Initializer, Module};
 use burn::nn::loss::CrossEntropyLossConfig;
 use burn::nn::{Dropout, DropoutConfig, Embedding, EmbeddingConfig, LayerNorm, LayerNormConfig, Linear, LinearConfig};
@@ -274,9 +276,10 @@ struct Mlp<B: Backend> {
 }
 
 impl<B: TransformerOps> CausalSelfAttention<B> {
-    /// `[batch · seq, d]` → `[batch · seq, d]`, each position seeing itself and earlier ones
-    /// of its own sequence (rows `b · seq .. (b + 1) · seq` are sequence `b`).
-    fn forward(&self, x: Tensor<B, 2>, [batch, seq]: [usize; 2]) -> Tensor<B, 2> {
+    /// `[batch · seq, d]` → the heads' outputs `[batch · seq, d]` before the output
+    /// projection, each position seeing itself and earlier ones of its own sequence (rows
+    /// `b · seq .. (b + 1) · seq` are sequence `b`).
+    fn context(&self, x: Tensor<B, 2>, [batch, seq]: [usize; 2]) -> Tensor<B, 2> {
         let d = x.dims()[1];
         let qkv = self.qkv.forward(x);
         let context = if self.lean {
@@ -288,16 +291,15 @@ impl<B: TransformerOps> CausalSelfAttention<B> {
             let options = AttentionModuleOptions { is_causal: true, ..Default::default() };
             attention(query, key, value, None, None, options)
         };
-        let context = context.swap_dims(1, 2).reshape([batch * seq, d]);
-        self.dropout.forward(self.projection.forward(context))
+        context.swap_dims(1, 2).reshape([batch * seq, d])
     }
 }
 
 impl<B: TransformerOps> Mlp<B> {
-    /// The expansion's bias is added by [`bias_gelu`] (one op with the GELU where the
-    /// backend has leanburn's kernels).
-    fn forward(&self, x: Tensor<B, 2>) -> Tensor<B, 2> {
-        let x = if self.burn_gelu {
+    /// The activations before the projection back to `d`. The expansion's bias is added by
+    /// [`bias_gelu`] (one op with the GELU where the backend has leanburn's kernels).
+    fn hidden(&self, x: Tensor<B, 2>) -> Tensor<B, 2> {
+        if self.burn_gelu {
             burn::tensor::activation::gelu(self.expand.forward(x))
         } else {
             let x = linear(x, self.expand.weight.val(), None);
@@ -305,8 +307,7 @@ impl<B: TransformerOps> Mlp<B> {
                 Some(bias) => bias_gelu(x, bias.val()),
                 None => exact_gelu(x),
             }
-        };
-        self.dropout.forward(self.project.forward(x))
+        }
     }
 }
 
@@ -316,9 +317,29 @@ impl<B: TransformerOps> Block<B> {
     /// gradient too, where `[batch, seq, d_in]` inputs make Burn's weight gradient `batch`
     /// GEMMs over `seq` rows and a sum over their `[batch, d_in, d_out]` results).
     /// LayerNorm is leanburn's (`backend::layer_norm`: one graph node, one op backward).
+    /// Each branch's last linear layer and the residual's add are one op where the
+    /// dropout after the layer does nothing ([`residual_add`]).
     fn forward(&self, x: Tensor<B, 2>, sequences: [usize; 2], epsilon: f64) -> Tensor<B, 2> {
-        let x = x.clone() + self.attention.forward(layer_norm(&self.attention_norm, x, epsilon), sequences);
-        x.clone() + self.mlp.forward(layer_norm(&self.mlp_norm, x, epsilon))
+        let attention = &self.attention;
+        let context = attention.context(layer_norm(&self.attention_norm, x.clone(), epsilon), sequences);
+        let x = residual_add(x, context, &attention.projection, &attention.dropout);
+        let hidden = self.mlp.hidden(layer_norm(&self.mlp_norm, x.clone(), epsilon));
+        residual_add(x, hidden, &self.mlp.project, &self.mlp.dropout)
+    }
+}
+
+/// `x + dropout(linear(input))`: [`residual_linear`] (one op, one graph node) where the
+/// dropout does nothing (probability 0, or no autodiff), else the three ops.
+fn residual_add<B: TransformerOps>(
+    x: Tensor<B, 2>,
+    input: Tensor<B, 2>,
+    linear: &Linear<B>,
+    dropout: &Dropout,
+) -> Tensor<B, 2> {
+    if dropout.prob == 0.0 || !B::ad_enabled(&x.device()) {
+        residual_linear(x, input, linear)
+    } else {
+        x + dropout.forward(linear.forward(input))
     }
 }
 

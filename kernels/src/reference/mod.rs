@@ -9,6 +9,7 @@ mod embedding;
 mod gelu;
 mod layer_norm;
 mod lm_head_loss;
+mod residual;
 
 pub use adamw::{adamw, clip_factor, AdamWSettings};
 pub use attention::{attention, attention_backward, block_softmax, block_softmax_grad, AttentionGrads, Dims};
@@ -18,3 +19,4 @@ pub use embedding::embedding_grad;
 pub use gelu::{erf, gelu, gelu_backward};
 pub use layer_norm::{layer_norm, layer_norm_backward};
 pub use lm_head_loss::lm_head_loss_rows;
+pub use residual::residual_add;

@@ -26,6 +26,7 @@ use super::bias_grad::BiasGradOps;
 use super::embedding::EmbeddingOps;
 use super::gelu::GeluOps;
 use super::gemm::GemmOps;
+use super::residual::ResidualOps;
 
 /// How a backend moves pixels between an image and a column matrix.
 ///
@@ -35,7 +36,7 @@ use super::gemm::GemmOps;
 ///
 /// It is also what `Lean<B>` asks of `B` (its one bound): the GEMM, the embedding's and
 /// the bias's gradients and GELU's derivative come with it as supertraits.
-pub trait ChunkedConv: GemmOps + EmbeddingOps + BiasGradOps + GeluOps {
+pub trait ChunkedConv: GemmOps + EmbeddingOps + BiasGradOps + GeluOps + ResidualOps {
     /// Column-matrix-sized buffers alive at once inside [`Self::im2col`]: what the chunk
     /// planner charges per image.
     fn im2col_copies() -> usize {

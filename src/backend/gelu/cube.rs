@@ -6,7 +6,7 @@ use burn_backend::DType;
 use burn_cubecl::ops::numeric::empty_device_contiguous_dtype;
 use burn_cubecl::tensor::CubeTensor;
 use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElement};
-use leanburn_kernels::{launch_gelu, launch_gelu_backward, GeluBias};
+use leanburn_kernels::{launch_gelu, launch_gelu_backward, RowBias};
 
 use super::{add_bias, bias_fits, gelu_derivative, GeluOps};
 use crate::backend::{contiguous_of, has_kernels};
@@ -21,13 +21,13 @@ fn takes<R: CubeRuntime>(x: &CubeTensor<R>, bias: Option<&CubeTensor<R>>, grad: 
 }
 
 /// The kernel's bias argument: `bias` contiguous, or `x` (not read) where there is none.
-fn bias_arg<R: CubeRuntime>(x: &CubeTensor<R>, bias: Option<CubeTensor<R>>) -> GeluBias<R> {
+fn bias_arg<R: CubeRuntime>(x: &CubeTensor<R>, bias: Option<CubeTensor<R>>) -> RowBias<R> {
     match bias {
         Some(bias) => {
             let row = bias.meta.num_elements();
-            GeluBias { arg: contiguous_of(bias, x.dtype).into_tensor_arg(), row: Some(row) }
+            RowBias { arg: contiguous_of(bias, x.dtype).into_tensor_arg(), row: Some(row) }
         }
-        None => GeluBias { arg: x.clone().into_tensor_arg(), row: None },
+        None => RowBias { arg: x.clone().into_tensor_arg(), row: None },
     }
 }
 
