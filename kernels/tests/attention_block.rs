@@ -10,7 +10,7 @@
 
 mod common;
 
-use common::Element;
+use common::{relative_error, Element};
 use cubecl::prelude::*;
 use cubecl::wgpu::{WgpuDevice, WgpuRuntime};
 
@@ -219,12 +219,6 @@ fn backward<E: Element>(
     Got { first: read(probabilities), second: read(grad_scores) }
 }
 
-/// The largest |got − want| / (1 + |want|).
-fn error(got: &[f32], want: &[f64]) -> f64 {
-    assert_eq!(got.len(), want.len());
-    got.iter().zip(want).map(|(&g, &w)| (f64::from(g) - w).abs() / (1.0 + w.abs())).fold(0.0, f64::max)
-}
-
 fn random(rng: &mut SmallRng, len: usize, spread: f32) -> Vec<f32> {
     (0..len).map(|_| rng.random_range(-spread..spread)).collect()
 }
@@ -260,10 +254,10 @@ fn errors<E: Element>(
     let (grad_p, grad_s) = reference_grad(case, &scores, &grad_probabilities, &lse, [&output, &grad_output]);
     let grad = backward::<E>(client, kernel_case, &scores, &grad_probabilities, &lse, [&output, &grad_output]);
     [
-        error(&got.first, &want_p),
-        error(&got.second, &want_lse),
-        error(&grad.first, &grad_p),
-        error(&grad.second, &grad_s),
+        relative_error(&got.first, &want_p),
+        relative_error(&got.second, &want_lse),
+        relative_error(&grad.first, &grad_p),
+        relative_error(&grad.second, &grad_s),
     ]
 }
 
@@ -316,10 +310,10 @@ fn a_wrong_diagonal_or_scale_a_dropped_log_sum_exp_or_a_dropped_delta_is_caught(
     let outputs = [output.as_slice(), grad_output.as_slice()];
     let (want_p, want_ds) = reference_grad(case, &scores, &grad_probabilities, &lse, outputs);
     let dropped = backward::<f32>(&client, case, &scores, &grad_probabilities, &vec![0.0; lse.len()], outputs);
-    assert!(error(&dropped.first, &want_p) > 100.0 * F32_TOLERANCE, "a dropped log-sum-exp went unnoticed");
+    assert!(relative_error(&dropped.first, &want_p) > 100.0 * F32_TOLERANCE, "a dropped log-sum-exp went unnoticed");
     let right = backward::<f32>(&client, case, &scores, &grad_probabilities, &lse, outputs);
-    assert!(error(&right.second, &want_ds) <= F32_TOLERANCE, "the same inputs must match");
+    assert!(relative_error(&right.second, &want_ds) <= F32_TOLERANCE, "the same inputs must match");
     let zeros = vec![0.0; output.len()];
     let no_delta = backward::<f32>(&client, case, &scores, &grad_probabilities, &lse, [&zeros, &grad_output]);
-    assert!(error(&no_delta.second, &want_ds) > 100.0 * F32_TOLERANCE, "a dropped Δ went unnoticed");
+    assert!(relative_error(&no_delta.second, &want_ds) > 100.0 * F32_TOLERANCE, "a dropped Δ went unnoticed");
 }

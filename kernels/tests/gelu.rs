@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::Element;
+use common::{relative_error, row_shapes, Element};
 use cubecl::prelude::*;
 use cubecl::server::Handle;
 use cubecl::wgpu::{WgpuDevice, WgpuRuntime};
@@ -94,28 +94,15 @@ fn reference(case: &Case, backward: bool) -> Vec<f64> {
     }
 }
 
-/// The largest |got − want| / (1 + |want|).
-fn error(got: &[f32], want: &[f64]) -> f64 {
-    assert_eq!(got.len(), want.len());
-    got.iter().zip(want).map(|(&g, &w)| (f64::from(g) - w).abs() / (1.0 + w.abs())).fold(0.0, f64::max)
-}
-
-/// Shapes `[rows, row]`: random, and ones whose rows are and are not multiples of four.
-fn shapes(rng: &mut SmallRng) -> Vec<[usize; 2]> {
-    let mut shapes: Vec<[usize; 2]> = (0..8).map(|_| [rng.random_range(1..=40), rng.random_range(1..=300)]).collect();
-    shapes.extend([[1, 1], [3, 1], [1, 4], [256, 4], [5, 820], [7, 3], [2, 4099]]);
-    shapes
-}
-
 fn check<E: Element>(tolerance: f64, backward: bool) {
     let client = WgpuRuntime::client(&WgpuDevice::default());
     let mut rng = SmallRng::seed_from_u64(0x6e1);
     let what = if backward { "derivative" } else { "forward" };
     let mut worst = 0.0f64;
-    for [rows, row] in shapes(&mut rng) {
+    for [rows, row] in row_shapes(&mut rng) {
         for biased in [false, true] {
             let case = Case::new(&mut rng, rows, row, biased).rounded::<E>();
-            let error = error(&run::<E>(&client, &case, backward, true), &reference(&case, backward));
+            let error = relative_error(&run::<E>(&client, &case, backward, true), &reference(&case, backward));
             assert!(
                 error <= tolerance,
                 "{what}, {rows} × {row}, bias {biased}: off by {error:.2e} (tolerance {tolerance:.0e})"
@@ -161,8 +148,8 @@ fn the_tanh_approximations_derivative_is_caught() {
     let client = WgpuRuntime::client(&WgpuDevice::default());
     let case = Case::new(&mut SmallRng::seed_from_u64(5), 1, 2000, false);
     let got = run::<f32>(&client, &case, true, true);
-    assert!(error(&got, &reference(&case, true)) <= F32_TOLERANCE, "the same inputs must match");
-    let missed = error(&got, &tanh_approximation_backward(&case.pre_activations(), &case.grad));
+    assert!(relative_error(&got, &reference(&case, true)) <= F32_TOLERANCE, "the same inputs must match");
+    let missed = relative_error(&got, &tanh_approximation_backward(&case.pre_activations(), &case.grad));
     assert!(missed > 100.0 * F32_TOLERANCE, "the tanh approximation's derivative went unnoticed: {missed:.2e}");
 }
 
@@ -173,10 +160,10 @@ fn a_missing_bias_is_caught() {
     for backward in [false, true] {
         let want = reference(&case, backward);
         assert!(
-            error(&run::<f32>(&client, &case, backward, true), &want) <= F32_TOLERANCE,
+            relative_error(&run::<f32>(&client, &case, backward, true), &want) <= F32_TOLERANCE,
             "the same inputs must match"
         );
-        let missed = error(&run::<f32>(&client, &case, backward, false), &want);
+        let missed = relative_error(&run::<f32>(&client, &case, backward, false), &want);
         assert!(
             missed > 100.0 * F32_TOLERANCE,
             "backward {backward}: a GELU without its bias went unnoticed: {missed:.2e}"

@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::Element;
+use common::{relative_error, row_shapes, Element};
 use cubecl::prelude::*;
 use cubecl::server::Handle;
 use cubecl::wgpu::{WgpuDevice, WgpuRuntime};
@@ -71,27 +71,14 @@ fn run<E: Element>(client: &ComputeClient<WgpuRuntime>, case: &Case, use_bias: b
     E::widen(E::from_bytes(&client.read_one(sum).unwrap()))
 }
 
-/// The largest |got − want| / (1 + |want|).
-fn error(got: &[f32], want: &[f64]) -> f64 {
-    assert_eq!(got.len(), want.len());
-    got.iter().zip(want).map(|(&g, &w)| (f64::from(g) - w).abs() / (1.0 + w.abs())).fold(0.0, f64::max)
-}
-
-/// Shapes `[rows, row]`: random, and ones whose rows are and are not multiples of four.
-fn shapes(rng: &mut SmallRng) -> Vec<[usize; 2]> {
-    let mut shapes: Vec<[usize; 2]> = (0..8).map(|_| [rng.random_range(1..=40), rng.random_range(1..=300)]).collect();
-    shapes.extend([[1, 1], [3, 1], [1, 4], [256, 4], [5, 820], [7, 3], [2, 4099]]);
-    shapes
-}
-
 fn check<E: Element>(tolerance: f64) {
     let client = WgpuRuntime::client(&WgpuDevice::default());
     let mut rng = SmallRng::seed_from_u64(0x4e5);
     let mut worst = 0.0f64;
-    for [rows, row] in shapes(&mut rng) {
+    for [rows, row] in row_shapes(&mut rng) {
         for biased in [false, true] {
             let case = Case::new(&mut rng, rows, row, biased).rounded::<E>();
-            let error = error(&run::<E>(&client, &case, true), &case.reference());
+            let error = relative_error(&run::<E>(&client, &case, true), &case.reference());
             assert!(
                 error <= tolerance,
                 "{rows} × {row}, bias {biased}: off by {error:.2e} (tolerance {tolerance:.0e})"
@@ -117,10 +104,10 @@ fn a_missing_bias_or_residual_is_caught() {
     let client = WgpuRuntime::client(&WgpuDevice::default());
     let case = Case::new(&mut SmallRng::seed_from_u64(9), 16, 64, true);
     let got = run::<f32>(&client, &case, true);
-    assert!(error(&got, &case.reference()) <= F32_TOLERANCE, "the same inputs must match");
-    let missed = error(&run::<f32>(&client, &case, false), &case.reference());
+    assert!(relative_error(&got, &case.reference()) <= F32_TOLERANCE, "the same inputs must match");
+    let missed = relative_error(&run::<f32>(&client, &case, false), &case.reference());
     assert!(missed > 100.0 * F32_TOLERANCE, "an add without its bias went unnoticed: {missed:.2e}");
     let without_residual = residual_add(&case.product, case.bias.as_deref(), &vec![0.0; case.residual.len()]);
-    let missed = error(&got, &without_residual);
+    let missed = relative_error(&got, &without_residual);
     assert!(missed > 100.0 * F32_TOLERANCE, "an add without the residual went unnoticed: {missed:.2e}");
 }
