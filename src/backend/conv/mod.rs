@@ -35,7 +35,8 @@ use super::residual::ResidualOps;
 /// `batch_offset .. batch_offset + chunk`.
 ///
 /// It is also what `Lean<B>` asks of `B` (its one bound): the GEMM, the embedding's and
-/// the bias's gradients and GELU's derivative come with it as supertraits.
+/// the bias's gradients, GELU and the residual's add after a linear layer come with it as
+/// supertraits.
 pub trait ChunkedConv: GemmOps + EmbeddingOps + BiasGradOps + GeluOps + ResidualOps {
     /// Column-matrix-sized buffers alive at once inside [`Self::im2col`]: what the chunk
     /// planner charges per image.
