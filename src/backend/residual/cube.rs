@@ -32,6 +32,9 @@ thread_local! {
     /// Residual adds this thread ran on the kernel: the tests' witness (in f32 its sums are
     /// the composed adds' bits).
     pub(super) static KERNEL_RUNS: core::cell::Cell<usize> = const { core::cell::Cell::new(0) };
+    /// Residual linear ops whose bias this thread left to the GEMM (the adds folded into
+    /// cuBLASLt's calls): the tests' witness of that branch.
+    pub(super) static BIAS_IN_GEMM: core::cell::Cell<usize> = const { core::cell::Cell::new(0) };
 }
 
 /// `sum += residual [+ bias]` on the kernel, in place where `sum` is this op's alone
@@ -89,6 +92,8 @@ where
         // cuBLASLt adds the bias in its epilogue where asked to (it may still refuse and
         // add it after: `gemm_bias`'s fallback).
         let epilogue = gemm_fused_adds() && Self::vendor_gemm(&x.device);
+        #[cfg(test)]
+        BIAS_IN_GEMM.with(|runs| runs.set(runs.get() + usize::from(epilogue)));
         let (product, bias) = match epilogue {
             true => (gemm::linear::<Self>(x, weight, bias), None),
             false => (gemm::linear::<Self>(x, weight, None), bias),

@@ -12,10 +12,11 @@ use burn::nn::Linear;
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Tensor, TensorData};
 
-use super::cube::KERNEL_RUNS;
+use super::cube::{BIAS_IN_GEMM, KERNEL_RUNS};
 use super::fused::QUEUED;
 use super::{residual_linear, ResidualOps};
-use crate::backend::gemm::tests::QUEUE_GEMM;
+use crate::backend::gemm::tests::{QUEUE_GEMM, VENDOR_LAYOUTS};
+use crate::backend::gemm::{gemm_fused_adds, set_gemm_fused_adds};
 use crate::backend::Lean;
 use crate::device::CubeWgpu;
 
@@ -99,6 +100,23 @@ fn the_residual_linear_is_one_op_where_gemms_are_queued_and_composed_elsewhere()
     let unbiased = Linear { weight: linear.weight.clone(), bias: None };
     let missed = largest_difference(&values(residual_linear(residual, x, &unbiased)), &want);
     assert!(missed > 1e-1, "a residual add without its bias went unnoticed: {missed:.2e}");
+}
+
+/// With the adds folded into cuBLASLt's calls the GEMM adds the bias (on CUDA in its
+/// epilogue; here, the thread saying its GEMMs are the vendor's, CubeCL's matmul and an
+/// add) and the kernel the residual alone: the same sums, the bias added once. The
+/// control: that branch ran (a bias dropped or added twice is off by up to 0.8).
+#[test]
+fn with_the_adds_folded_in_the_gemm_adds_the_bias_and_the_kernel_the_residual() {
+    let was = gemm_fused_adds();
+    let before = count(&BIAS_IN_GEMM);
+    VENDOR_LAYOUTS.with(|vendor| vendor.set(true));
+    set_gemm_fused_adds(true);
+    let worst = forward_difference::<CubeWgpu>(true);
+    set_gemm_fused_adds(was);
+    VENDOR_LAYOUTS.with(|vendor| vendor.set(false));
+    assert!(worst <= 1e-5, "off by {worst:.2e}");
+    assert_eq!(count(&BIAS_IN_GEMM) - before, 1, "the bias was not left to the GEMM");
 }
 
 /// The gradients of `Σ g ⊙ (residual + linear(x))` for the residual, `x`, the weight and
