@@ -105,7 +105,7 @@ fn the_residual_linear_is_one_op_where_gemms_are_queued_and_composed_elsewhere()
 /// With the adds folded into cuBLASLt's calls the GEMM adds the bias (on CUDA in its
 /// epilogue; here, the thread saying its GEMMs are the vendor's, CubeCL's matmul and an
 /// add) and the kernel the residual alone: the same sums, the bias added once. The
-/// control: that branch ran (a bias dropped or added twice is off by up to 0.8).
+/// control: that branch ran (a bias dropped or added twice is off by up to 1, its largest magnitude).
 #[test]
 fn with_the_adds_folded_in_the_gemm_adds_the_bias_and_the_kernel_the_residual() {
     let was = gemm_fused_adds();
