@@ -9,7 +9,6 @@ use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
 use burn::backend::Autodiff;
 use burn_backend::tensor::FloatTensor;
 
-use super::packed::pack_heads;
 use super::AttentionOps;
 
 /// What the backward pass needs: q, k, v, the output, each row's log-sum-exp, causality.
@@ -34,8 +33,9 @@ impl<B: AttentionOps> Backward<B, 3> for LeanAttentionBackward {
     }
 }
 
-/// What the packed node's backward needs: the same, and the packing `[batch, seq, heads]`.
-type PackedState<B> = (State<B>, [usize; 3]);
+/// What the packed node's backward needs: what its forward pass saved, causality and the
+/// packing `[batch, seq, heads]`.
+type PackedState<B> = ([FloatTensor<B>; 5], bool, [usize; 3]);
 
 #[derive(Debug)]
 struct PackedAttentionBackward;
@@ -46,10 +46,9 @@ impl<B: AttentionOps> Backward<B, 1> for PackedAttentionBackward {
     fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _checkpointer: &mut Checkpointer) {
         let [qkv_node] = ops.parents;
         let grad = grads.consume::<B>(&ops.node);
-        let ((query, key, value, output, lse, causal), layout) = ops.state;
-        let gradients = B::lean_attention_backward(query, key, value, output, lse, grad, causal);
+        let (saved, causal, layout) = ops.state;
         if let Some(node) = qkv_node {
-            grads.register::<B>(node.id, pack_heads::<B>(gradients, layout));
+            grads.register::<B>(node.id, B::lean_attention_packed_backward(saved, grad, layout, causal));
         }
     }
 }
@@ -58,10 +57,9 @@ impl<B: AttentionOps, C: CheckpointStrategy> AttentionOps for Autodiff<B, C> {
     fn lean_attention_packed(qkv: FloatTensor<Self>, layout: [usize; 3], causal: bool) -> FloatTensor<Self> {
         match PackedAttentionBackward.prepare::<C>([qkv.node.clone()]).compute_bound().stateful() {
             OpsKind::Tracked(prep) => {
-                let [query, key, value] = B::lean_attention_heads(qkv.primitive, layout);
-                let (output, lse) = B::lean_attention_forward(query.clone(), key.clone(), value.clone(), causal);
-                let state = ((query, key, value, output.clone(), lse, causal), layout);
-                prep.finish(state, output)
+                let saved = B::lean_attention_packed_forward(qkv.primitive, layout, causal);
+                let output = saved[3].clone();
+                prep.finish((saved, causal, layout), output)
             }
             OpsKind::UnTracked(prep) => prep.finish(B::lean_attention_packed(qkv.primitive, layout, causal)),
         }

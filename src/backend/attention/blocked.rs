@@ -1,5 +1,6 @@
 //! The blocked forward (with each row's log-sum-exp) and the recomputing backward, on
-//! plain Burn tensors of any backend: each block's products are the backend's matmuls, its
+//! plain Burn tensors of any backend: each block's products are the backend's GEMMs
+//! ([`GemmOps`]: the vendor's where it has them, its matmul otherwise), its
 //! softmax between them the backend's block softmax op ([`composed_softmax`] and
 //! [`composed_softmax_grad`] by default).
 //!
@@ -19,7 +20,7 @@ use burn_backend::tensor::FloatTensor;
 use burn_backend::{DType, TensorMetadata};
 
 use super::{attention_workspace, AttentionOps};
-use crate::backend::gemm::{gemm_transposed, GemmOps};
+use crate::backend::gemm::{gemm, gemm_transposed, GemmOps};
 
 /// Query rows `start .. start + rows`, which attend to keys `0 .. keys`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -258,7 +259,7 @@ pub(crate) fn forward<B: AttentionOps>(
     for &block in blocks {
         let mask = diagonal(block, queries, keys, causal);
         let (probabilities, block_lse) = block_softmax(scores(&query, &key, block), mask, scale);
-        outputs.push(probabilities.matmul(seen_keys(&value, block)));
+        outputs.push(gemm(probabilities, seen_keys(&value, block)));
         lse.push(block_lse);
     }
     (concat(outputs), concat(lse))
@@ -301,7 +302,7 @@ pub(crate) fn backward<B: AttentionOps>(
         let grad_value_part = gemm_transposed(probabilities, grad_block, [true, false]);
         grad_value = Some(add_to_first_keys(grad_value, to_f32(grad_value_part)));
         // The op's gradient is the unscaled scores' s = q·kᵀ: dq = dS·k, dk = dSᵀ·q.
-        grad_query.push(grad_scores.clone().matmul(seen_keys(&key, block)));
+        grad_query.push(gemm(grad_scores.clone(), seen_keys(&key, block)));
         let grad_key_part = gemm_transposed(grad_scores, block_rows(&query, block), [true, false]);
         grad_key = Some(add_to_first_keys(grad_key, to_f32(grad_key_part)));
     }

@@ -2,7 +2,11 @@
 //! attention kernels as Fusion custom operations, as `Lean`'s pixel moves are
 //! (`backend/conv/fused.rs`); where the inner backend has no kernel for the inputs, the
 //! composed path on the fused backend itself, its products Fusion's and each block's
-//! softmax the inner backend's block softmax kernel, again as a custom operation.
+//! softmax the inner backend's block softmax kernel, again as a custom operation. The
+//! packed attention in blocks on the GEMMs (`Lean`'s path where they are the vendor's) is
+//! one custom operation a pass, run by the inner backend: the fusion stream takes two
+//! operations a layer where it took the heads' copy, the blocks' products and softmax, the
+//! gradient's packing and the drops of their intermediates.
 
 use core::marker::PhantomData;
 
@@ -12,17 +16,36 @@ use burn_fusion::stream::Operation;
 use burn_fusion::{Fusion, FusionBackend, FusionRuntime};
 use burn_ir::{CustomOpIr, HandleContainer};
 
-use super::{blocked, kernel_inputs, AttentionOps};
+use super::{blocked, kernel_inputs, packed, AttentionOps};
 use crate::backend::custom_op::queue_custom;
 use crate::backend::has_kernels;
 
 /// Which pass one queued operation runs on the inner backend.
 #[derive(Clone, Copy, Debug)]
 enum Pass {
-    Forward { causal: bool },
-    Backward { causal: bool },
-    BlockSoftmax { diagonal: Option<usize>, scale: f32 },
-    BlockSoftmaxGrad { diagonal: Option<usize>, scale: f32 },
+    Forward {
+        causal: bool,
+    },
+    Backward {
+        causal: bool,
+    },
+    BlockSoftmax {
+        diagonal: Option<usize>,
+        scale: f32,
+    },
+    BlockSoftmaxGrad {
+        diagonal: Option<usize>,
+        scale: f32,
+    },
+    /// The packed attention in blocks on the inner backend's GEMMs, `[batch, seq, heads]`.
+    BlocksForward {
+        layout: [usize; 3],
+        causal: bool,
+    },
+    BlocksBackward {
+        layout: [usize; 3],
+        causal: bool,
+    },
 }
 
 #[derive(Debug)]
@@ -61,6 +84,17 @@ impl<B: FusionBackend + AttentionOps> Operation<B::FusionRuntime> for QueuedAtte
                     handles.register_float_tensor::<B>(&ir.id, gradient);
                 }
             }
+            Pass::BlocksForward { layout, causal } => {
+                let qkv = handles.get_float_tensor::<B>(&self.desc.inputs[0]);
+                let saved = packed::blocks_forward::<B>(qkv, layout, causal);
+                self.register(handles, saved);
+            }
+            Pass::BlocksBackward { layout, causal } => {
+                let ([query, key, value, output, lse, grad], _) = self.desc.as_fixed::<6, 1>();
+                let saved = [query, key, value, output, lse].map(|ir| handles.get_float_tensor::<B>(ir));
+                let grad = handles.get_float_tensor::<B>(grad);
+                self.register(handles, [packed::blocks_backward::<B>(saved, grad, layout, causal)]);
+            }
             Pass::BlockSoftmax { diagonal, scale } => {
                 let ([scores], [probabilities, lse]) = self.desc.as_fixed();
                 let scores = handles.get_float_tensor::<B>(scores);
@@ -85,6 +119,25 @@ impl<B: FusionBackend + AttentionOps> Operation<B::FusionRuntime> for QueuedAtte
         }
     }
 }
+
+impl<B: FusionBackend> QueuedAttention<B> {
+    /// Registers `tensors` as the operation's outputs, in order.
+    fn register<const N: usize>(
+        &self,
+        handles: &mut HandleContainer<<B::FusionRuntime as FusionRuntime>::FusionHandle>,
+        tensors: [FloatTensor<B>; N],
+    ) {
+        #[cfg(test)]
+        BLOCKS_QUEUED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        for (ir, tensor) in self.desc.outputs.iter().zip(tensors) {
+            handles.register_float_tensor::<B>(&ir.id, tensor);
+        }
+    }
+}
+
+/// Passes of the packed attention in blocks executed as queued operations, for the tests.
+#[cfg(test)]
+pub(super) static BLOCKS_QUEUED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
 /// Queues `pass` with `inputs`, producing tensors of `outputs` (shape, type).
 fn queue<B: FusionBackend + AttentionOps, const N: usize>(
@@ -175,6 +228,41 @@ impl<B: FusionBackend + AttentionOps> AttentionOps for Fusion<B> {
         let [probabilities, grad_scores] =
             queue::<B, 2>(pass, "leanburn_attention_block_softmax_grad", inputs, [score_like.clone(), score_like]);
         (probabilities, grad_scores)
+    }
+
+    /// One queued operation, the inner backend's blocks (their products its GEMMs): the
+    /// copy of q, k and v, the blocks' products and softmax, none of them an operation
+    /// of the fusion stream.
+    fn lean_attention_blocks_forward(
+        qkv: FloatTensor<Self>,
+        layout: [usize; 3],
+        causal: bool,
+    ) -> [FloatTensor<Self>; 5] {
+        let [batch, seq, heads] = layout;
+        let head_dim = qkv.shape[1] / 3 / heads.max(1);
+        let heads_like = (Shape::new([batch, heads, seq, head_dim]), qkv.dtype);
+        let lse = (Shape::new([batch, heads, seq, 1]), DType::F32);
+        let outputs = [heads_like.clone(), heads_like.clone(), heads_like.clone(), heads_like, lse];
+        let pass = Pass::BlocksForward { layout, causal };
+        queue::<B, 5>(pass, "leanburn_attention_blocks_forward", vec![qkv], outputs)
+    }
+
+    /// One queued operation: the contiguous output gradient, the blocks' backward and
+    /// the packed gradient.
+    fn lean_attention_blocks_backward(
+        saved: [FloatTensor<Self>; 5],
+        grad: FloatTensor<Self>,
+        layout: [usize; 3],
+        causal: bool,
+    ) -> FloatTensor<Self> {
+        let [batch, seq, heads] = layout;
+        let [_, _, _, head_dim] = saved[0].shape.dims::<4>();
+        let packed = (Shape::new([batch * seq, 3 * heads * head_dim]), saved[0].dtype);
+        let mut inputs = Vec::from(saved);
+        inputs.push(grad);
+        let pass = Pass::BlocksBackward { layout, causal };
+        let [gradient] = queue::<B, 1>(pass, "leanburn_attention_blocks_backward", inputs, [packed]);
+        gradient
     }
 
     fn fused_attention(dtype: DType, head_dim: usize) -> bool {

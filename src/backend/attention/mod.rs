@@ -14,8 +14,10 @@
 //! rows at a time, within [`attention_workspace`] ([`blocked`]), each block's softmax
 //! between its products one op ([`AttentionOps::lean_attention_block_softmax`] and its
 //! backward: a kernel each on the CubeCL backends, one pass per row on Flex). On `Lean<B>`
-//! those blocks run on `Lean`'s own ops, so their products are its GEMMs (cuBLASLt on CUDA), and
-//! [`AttentionPath::Gemm`] takes them even where `B` has kernels. On a backend without
+//! those blocks' products are its GEMMs (cuBLASLt on CUDA), and [`AttentionPath::Gemm`]
+//! takes them even where `B` has kernels; GPT-2's packed attention then runs each pass on
+//! `B` ([`AttentionOps::lean_attention_blocks_forward`]), which the fused stacks queue as
+//! one operation. On a backend without
 //! autodiff `lean_attention` is Burn's own `attention` (flash where the backend has it).
 //!
 //! Use [`lean_attention`] in a model whose backend implements [`AttentionOps`]: every
@@ -87,18 +89,60 @@ pub trait AttentionOps: GemmOps {
     /// the three as views of `qkv` into `lean_attention`; under `Autodiff` one node whose
     /// backward writes `qkv`'s gradient as one tensor (`src/backend/attention/packed.rs`).
     fn lean_attention_packed(qkv: FloatTensor<Self>, layout: [usize; 3], causal: bool) -> FloatTensor<Self> {
-        let [query, key, value] = Self::lean_attention_heads(qkv, layout);
+        let [query, key, value] = packed::split_heads::<Self>(qkv, layout);
         Self::lean_attention(query, key, value, causal)
     }
 
-    /// q, k and v `[batch, heads, seq, head_dim]` of the packed `qkv` (`[batch, seq, heads]`
-    /// in `layout`), as [`lean_attention_packed`](Self::lean_attention_packed) passes them
-    /// to the attention (and its autodiff node keeps them for the backward pass). By
-    /// default views of `qkv` (the kernels and Burn's matmuls read strides); `Lean` copies
-    /// them contiguous once where its products are the vendor's GEMM, which would
-    /// otherwise copy them for each product.
-    fn lean_attention_heads(qkv: FloatTensor<Self>, layout: [usize; 3]) -> [FloatTensor<Self>; 3] {
-        packed::split_heads::<Self>(qkv, layout)
+    /// The packed attention's forward pass for a backward pass to follow (its autodiff
+    /// node's): q, k, v and the output `[batch, heads, seq, head_dim]` and the log-sum-exp,
+    /// what [`lean_attention_packed_backward`](Self::lean_attention_packed_backward) reads.
+    /// By default q, k and v as views of `qkv` into
+    /// [`lean_attention_forward`](Self::lean_attention_forward); `Lean` takes
+    /// [`lean_attention_blocks_forward`](Self::lean_attention_blocks_forward) where its
+    /// blocks' products are the vendor's GEMM.
+    fn lean_attention_packed_forward(
+        qkv: FloatTensor<Self>,
+        layout: [usize; 3],
+        causal: bool,
+    ) -> [FloatTensor<Self>; 5] {
+        packed::views_forward::<Self>(qkv, layout, causal)
+    }
+
+    /// `qkv`'s gradient (packed as `qkv`) from what
+    /// [`lean_attention_packed_forward`](Self::lean_attention_packed_forward) returned and
+    /// the output's gradient: by default
+    /// [`lean_attention_backward`](Self::lean_attention_backward)'s three gradients,
+    /// concatenated.
+    fn lean_attention_packed_backward(
+        saved: [FloatTensor<Self>; 5],
+        grad: FloatTensor<Self>,
+        layout: [usize; 3],
+        causal: bool,
+    ) -> FloatTensor<Self> {
+        packed::views_backward::<Self>(saved, grad, layout, causal)
+    }
+
+    /// The packed attention's forward pass in blocks on this backend's GEMMs: q, k and v
+    /// copied contiguous from `qkv` once (a batched GEMM whose batch must step through one
+    /// stride, cuBLASLt's, would otherwise copy them for each product), then the blocks.
+    /// The fused stacks queue it as one operation that their inner backend runs.
+    fn lean_attention_blocks_forward(
+        qkv: FloatTensor<Self>,
+        layout: [usize; 3],
+        causal: bool,
+    ) -> [FloatTensor<Self>; 5] {
+        packed::blocks_forward::<Self>(qkv, layout, causal)
+    }
+
+    /// The backward pass of [`lean_attention_blocks_forward`](Self::lean_attention_blocks_forward):
+    /// `qkv`'s gradient, packed. The fused stacks queue it as one operation.
+    fn lean_attention_blocks_backward(
+        saved: [FloatTensor<Self>; 5],
+        grad: FloatTensor<Self>,
+        layout: [usize; 3],
+        causal: bool,
+    ) -> FloatTensor<Self> {
+        packed::blocks_backward::<Self>(saved, grad, layout, causal)
     }
 
     /// The forward pass a backward pass will follow: the output `[batch, heads, rows,
@@ -224,12 +268,53 @@ impl<B: ChunkedConv + AttentionOps> AttentionOps for Lean<B> {
         B::lean_attention_packed(qkv, layout, causal)
     }
 
-    fn lean_attention_heads(qkv: FloatTensor<Self>, layout: [usize; 3]) -> [FloatTensor<Self>; 3] {
+    /// In blocks on `B`'s ops where their products are the vendor's GEMM (on the fused
+    /// stacks one queued operation a pass), else q, k and v as views into the forward pass
+    /// on `Lean`'s ops.
+    fn lean_attention_packed_forward(
+        qkv: FloatTensor<Self>,
+        layout: [usize; 3],
+        causal: bool,
+    ) -> [FloatTensor<Self>; 5] {
         let head_dim = qkv.shape().dims::<2>()[1] / 3 / layout[2].max(1);
         match blocks_on_vendor_gemm::<B>(&B::float_device(&qkv), qkv.dtype(), head_dim) {
-            true => packed::contiguous_heads::<Self>(qkv, layout),
-            false => packed::split_heads::<Self>(qkv, layout),
+            true => B::lean_attention_blocks_forward(qkv, layout, causal),
+            false => packed::views_forward::<Self>(qkv, layout, causal),
         }
+    }
+
+    /// The backward pass of whichever forward ran (the blocks' log-sum-exp is 4-D).
+    fn lean_attention_packed_backward(
+        saved: [FloatTensor<Self>; 5],
+        grad: FloatTensor<Self>,
+        layout: [usize; 3],
+        causal: bool,
+    ) -> FloatTensor<Self> {
+        let [query, _, _, _, lse] = &saved;
+        let head_dim = query.shape().dims::<4>()[3];
+        let blocks =
+            lse.shape().num_dims() == 4 && blocks_on_vendor_gemm::<B>(&B::float_device(query), query.dtype(), head_dim);
+        match blocks {
+            true => B::lean_attention_blocks_backward(saved, grad, layout, causal),
+            false => packed::views_backward::<Self>(saved, grad, layout, causal),
+        }
+    }
+
+    fn lean_attention_blocks_forward(
+        qkv: FloatTensor<Self>,
+        layout: [usize; 3],
+        causal: bool,
+    ) -> [FloatTensor<Self>; 5] {
+        B::lean_attention_blocks_forward(qkv, layout, causal)
+    }
+
+    fn lean_attention_blocks_backward(
+        saved: [FloatTensor<Self>; 5],
+        grad: FloatTensor<Self>,
+        layout: [usize; 3],
+        causal: bool,
+    ) -> FloatTensor<Self> {
+        B::lean_attention_blocks_backward(saved, grad, layout, causal)
     }
 
     fn lean_attention_forward(

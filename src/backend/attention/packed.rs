@@ -14,7 +14,7 @@ use burn::tensor::backend::Backend;
 use burn::tensor::{Tensor, TensorPrimitive};
 use burn_backend::tensor::FloatTensor;
 
-use super::AttentionOps;
+use super::{blocked, AttentionOps};
 
 /// q, k and v `[batch, heads, seq, head_dim]` as views of the packed `qkv` `[batch · seq,
 /// 3 · heads · head_dim]` (on an autodiff backend, three slices: the path Burn's attention
@@ -70,6 +70,53 @@ pub(crate) fn pack_heads<B: Backend>(parts: [FloatTensor<B>; 3], [batch, seq, _]
     packed.reshape([batch * seq, width]).into_primitive().tensor()
 }
 
+/// What the packed attention's backward pass reads, as its forward pass leaves it: q, k
+/// and v `[batch, heads, seq, head_dim]`, the output (the same shape) and each query row's
+/// log-sum-exp (in the layout of the forward that ran: see
+/// [`AttentionOps::lean_attention_forward`]).
+pub(crate) type PackedSaved<B> = [FloatTensor<B>; 5];
+
+/// [`AttentionOps::lean_attention_packed_forward`] by default: q, k and v as views of
+/// `qkv`, then `B`'s forward pass.
+pub(crate) fn views_forward<B: AttentionOps>(qkv: FloatTensor<B>, layout: [usize; 3], causal: bool) -> PackedSaved<B> {
+    let [query, key, value] = split_heads::<B>(qkv, layout);
+    let (output, lse) = B::lean_attention_forward(query.clone(), key.clone(), value.clone(), causal);
+    [query, key, value, output, lse]
+}
+
+/// [`AttentionOps::lean_attention_packed_backward`] by default: `B`'s backward pass, its
+/// three gradients packed as `qkv` is.
+pub(crate) fn views_backward<B: AttentionOps>(
+    [query, key, value, output, lse]: PackedSaved<B>,
+    grad: FloatTensor<B>,
+    layout: [usize; 3],
+    causal: bool,
+) -> FloatTensor<B> {
+    pack_heads::<B>(B::lean_attention_backward(query, key, value, output, lse, grad, causal), layout)
+}
+
+/// [`AttentionOps::lean_attention_blocks_forward`] by default: q, k and v copied contiguous
+/// once ([`contiguous_heads`]), then the attention in blocks on `B`'s GEMMs.
+pub(crate) fn blocks_forward<B: AttentionOps>(qkv: FloatTensor<B>, layout: [usize; 3], causal: bool) -> PackedSaved<B> {
+    let [query, key, value] = contiguous_heads::<B>(qkv, layout);
+    let (output, lse) = blocked::forward_within_workspace::<B>(query.clone(), key.clone(), value.clone(), causal);
+    [query, key, value, output, lse]
+}
+
+/// [`AttentionOps::lean_attention_blocks_backward`] by default: the output's gradient
+/// copied contiguous where it is a view (two products read it: one copy, not one each),
+/// the backward in the blocks of [`blocks_forward`], the gradients packed.
+pub(crate) fn blocks_backward<B: AttentionOps>(
+    [query, key, value, output, lse]: PackedSaved<B>,
+    grad: FloatTensor<B>,
+    layout: [usize; 3],
+    causal: bool,
+) -> FloatTensor<B> {
+    let grad = contiguous(Tensor::<B, 4>::from_primitive(TensorPrimitive::Float(grad))).into_primitive().tensor();
+    let gradients = blocked::backward_within_workspace::<B>(query, key, value, output, lse, grad, causal);
+    pack_heads::<B>(gradients, layout)
+}
+
 /// [`AttentionOps::lean_attention_packed`] on tensors: `qkv` `[batch · seq, 3 · d]` (rows
 /// `b · seq .. (b + 1) · seq` are sequence `b`; each row the token's query, key and value,
 /// `heads` heads each) → the attention's output `[batch, heads, seq, d / heads]`.
@@ -102,6 +149,9 @@ mod tests {
     use rand::rngs::SmallRng;
     use rand::{Rng, SeedableRng};
 
+    use std::sync::atomic::Ordering;
+
+    use super::super::fused::BLOCKS_QUEUED;
     use super::{lean_attention_packed, split_packed_heads};
     use crate::backend::gemm::tests::{COPIES_HERE, QUEUE_GEMM, VENDOR_LAYOUTS};
     use crate::backend::{lean_attention, AttentionOps, Lean};
@@ -217,17 +267,23 @@ mod tests {
         assert_close(&packed, &views);
     }
 
-    /// The same on the fused stack with its GEMMs queued as on CUDA (the copies made by
-    /// Fusion's reshape on its own thread, where this thread cannot count them): the
-    /// output and gradient equal the views' within 1e-5.
+    /// The same on the fused stack with its GEMMs queued as on CUDA, where each pass of the
+    /// packed attention is one queued operation that the inner backend runs (counted: at
+    /// least the forward and the backward of this test; the count is process-wide): the
+    /// output and gradient equal the views' within 1e-5. The control, the views into
+    /// `lean_attention`, runs the blocks on the fusion stream's own operations.
     #[test]
     fn packed_heads_on_the_queued_stack_equal_the_views() {
         type B = Autodiff<Lean<Wgpu>>;
         let shape = [2, 7, 2, 8];
+        let queued = || BLOCKS_QUEUED.load(Ordering::Relaxed);
         QUEUE_GEMM.with(|queue| queue.set(true));
+        let before = queued();
         let (packed, _) = run_in_rows::<B>(shape, true);
+        let packed_passes = queued() - before;
         let (views, _) = run_in_rows::<B>(shape, false);
         QUEUE_GEMM.with(|queue| queue.set(false));
+        assert!(packed_passes >= 2, "the packed attention's passes were not queued as one operation each");
         assert_close(&packed, &views);
     }
 
