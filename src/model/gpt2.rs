@@ -282,16 +282,15 @@ impl<B: TransformerOps> CausalSelfAttention<B> {
     fn context(&self, x: Tensor<B, 2>, [batch, seq]: [usize; 2]) -> Tensor<B, 2> {
         let d = x.dims()[1];
         let qkv = self.qkv.forward(x);
-        let context = if self.lean {
-            // One graph node from the packed projection: its backward writes `qkv`'s
-            // gradient once, not as three slices' gradients summed.
-            lean_attention_packed(qkv, [batch, seq], self.heads, true)
-        } else {
-            let [query, key, value] = split_packed_heads(qkv, [batch, seq, self.heads]);
-            let options = AttentionModuleOptions { is_causal: true, ..Default::default() };
-            attention(query, key, value, None, None, options)
-        };
-        context.swap_dims(1, 2).reshape([batch * seq, d])
+        if self.lean {
+            // One graph node from the packed projection to the heads' outputs in token
+            // rows: its backward writes `qkv`'s gradient once, not as three slices'
+            // gradients summed.
+            return lean_attention_packed(qkv, [batch, seq], self.heads, true);
+        }
+        let [query, key, value] = split_packed_heads(qkv, [batch, seq, self.heads]);
+        let options = AttentionModuleOptions { is_causal: true, ..Default::default() };
+        attention(query, key, value, None, None, options).swap_dims(1, 2).reshape([batch * seq, d])
     }
 }
 

@@ -1,6 +1,6 @@
 //! `lean_attention` on `Autodiff<B>`: one graph node whose backward recomputes the scores;
 //! `lean_attention_packed` the same with one parent, the packed `qkv`, whose gradient it
-//! writes as one tensor.
+//! writes as one tensor, and its output in token rows.
 
 use burn::backend::autodiff::checkpoint::base::Checkpointer;
 use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
@@ -57,9 +57,8 @@ impl<B: AttentionOps, C: CheckpointStrategy> AttentionOps for Autodiff<B, C> {
     fn lean_attention_packed(qkv: FloatTensor<Self>, layout: [usize; 3], causal: bool) -> FloatTensor<Self> {
         match PackedAttentionBackward.prepare::<C>([qkv.node.clone()]).compute_bound().stateful() {
             OpsKind::Tracked(prep) => {
-                let saved = B::lean_attention_packed_forward(qkv.primitive, layout, causal);
-                let output = saved[3].clone();
-                prep.finish((saved, causal, layout), output)
+                let (saved, rows) = B::lean_attention_packed_forward(qkv.primitive, layout, causal);
+                prep.finish((saved, causal, layout), rows)
             }
             OpsKind::UnTracked(prep) => prep.finish(B::lean_attention_packed(qkv.primitive, layout, causal)),
         }

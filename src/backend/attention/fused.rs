@@ -86,8 +86,8 @@ impl<B: FusionBackend + AttentionOps> Operation<B::FusionRuntime> for QueuedAtte
             }
             Pass::BlocksForward { layout, causal } => {
                 let qkv = handles.get_float_tensor::<B>(&self.desc.inputs[0]);
-                let saved = packed::blocks_forward::<B>(qkv, layout, causal);
-                self.register(handles, saved);
+                let ([query, key, value, output, lse], rows) = packed::blocks_forward::<B>(qkv, layout, causal);
+                self.register(handles, [query, key, value, output, lse, rows]);
             }
             Pass::BlocksBackward { layout, causal } => {
                 let ([query, key, value, output, lse, grad], _) = self.desc.as_fixed::<6, 1>();
@@ -231,24 +231,27 @@ impl<B: FusionBackend + AttentionOps> AttentionOps for Fusion<B> {
     }
 
     /// One queued operation, the inner backend's blocks (their products its GEMMs): the
-    /// copy of q, k and v, the blocks' products and softmax, none of them an operation
-    /// of the fusion stream.
+    /// copy of q, k and v, the blocks' products and softmax, the output's copy into token
+    /// rows, none of them an operation of the fusion stream.
     fn lean_attention_blocks_forward(
         qkv: FloatTensor<Self>,
         layout: [usize; 3],
         causal: bool,
-    ) -> [FloatTensor<Self>; 5] {
+    ) -> ([FloatTensor<Self>; 5], FloatTensor<Self>) {
         let [batch, seq, heads] = layout;
         let head_dim = qkv.shape[1] / 3 / heads.max(1);
         let heads_like = (Shape::new([batch, heads, seq, head_dim]), qkv.dtype);
         let lse = (Shape::new([batch, heads, seq, 1]), DType::F32);
-        let outputs = [heads_like.clone(), heads_like.clone(), heads_like.clone(), heads_like, lse];
+        let rows = (Shape::new([batch * seq, heads * head_dim]), qkv.dtype);
+        let outputs = [heads_like.clone(), heads_like.clone(), heads_like.clone(), heads_like, lse, rows];
         let pass = Pass::BlocksForward { layout, causal };
-        queue::<B, 5>(pass, "leanburn_attention_blocks_forward", vec![qkv], outputs)
+        let [query, key, value, output, lse, rows] =
+            queue::<B, 6>(pass, "leanburn_attention_blocks_forward", vec![qkv], outputs);
+        ([query, key, value, output, lse], rows)
     }
 
-    /// One queued operation: the contiguous output gradient, the blocks' backward and
-    /// the packed gradient.
+    /// One queued operation: the output's gradient copied from token rows into contiguous
+    /// heads, the blocks' backward and the packed gradient.
     fn lean_attention_blocks_backward(
         saved: [FloatTensor<Self>; 5],
         grad: FloatTensor<Self>,

@@ -85,18 +85,20 @@ pub trait AttentionOps: GemmOps {
 
     /// [`lean_attention`](Self::lean_attention) of heads packed as GPT-2's `c_attn` writes
     /// them: `qkv` `[batch · seq, 3 · heads · head_dim]`, each row a token's query, key and
-    /// value (`[batch, seq, heads]` in `layout`) → `[batch, heads, seq, head_dim]`. By default
-    /// the three as views of `qkv` into `lean_attention`; under `Autodiff` one node whose
-    /// backward writes `qkv`'s gradient as one tensor (`src/backend/attention/packed.rs`).
+    /// value (`[batch, seq, heads]` in `layout`) → the output in the same token rows,
+    /// `[batch · seq, heads · head_dim]`. By default the three as views of `qkv` into
+    /// `lean_attention`, the output's heads swapped back into rows; under `Autodiff` one
+    /// node whose backward writes `qkv`'s gradient as one tensor
+    /// (`src/backend/attention/packed.rs`).
     fn lean_attention_packed(qkv: FloatTensor<Self>, layout: [usize; 3], causal: bool) -> FloatTensor<Self> {
         let [query, key, value] = packed::split_heads::<Self>(qkv, layout);
-        Self::lean_attention(query, key, value, causal)
+        packed::heads_to_rows::<Self>(Self::lean_attention(query, key, value, causal))
     }
 
     /// The packed attention's forward pass for a backward pass to follow (its autodiff
-    /// node's): q, k, v and the output `[batch, heads, seq, head_dim]` and the log-sum-exp,
-    /// what [`lean_attention_packed_backward`](Self::lean_attention_packed_backward) reads.
-    /// By default q, k and v as views of `qkv` into
+    /// node's): what [`lean_attention_packed_backward`](Self::lean_attention_packed_backward)
+    /// reads (q, k, v and the output `[batch, heads, seq, head_dim]`, the log-sum-exp) and
+    /// the output in token rows. By default q, k and v as views of `qkv` into
     /// [`lean_attention_forward`](Self::lean_attention_forward); `Lean` takes
     /// [`lean_attention_blocks_forward`](Self::lean_attention_blocks_forward) where its
     /// blocks' products are the vendor's GEMM.
@@ -104,13 +106,13 @@ pub trait AttentionOps: GemmOps {
         qkv: FloatTensor<Self>,
         layout: [usize; 3],
         causal: bool,
-    ) -> [FloatTensor<Self>; 5] {
+    ) -> ([FloatTensor<Self>; 5], FloatTensor<Self>) {
         packed::views_forward::<Self>(qkv, layout, causal)
     }
 
     /// `qkv`'s gradient (packed as `qkv`) from what
-    /// [`lean_attention_packed_forward`](Self::lean_attention_packed_forward) returned and
-    /// the output's gradient: by default
+    /// [`lean_attention_packed_forward`](Self::lean_attention_packed_forward) saved and the
+    /// gradient of the output in token rows: by default
     /// [`lean_attention_backward`](Self::lean_attention_backward)'s three gradients,
     /// concatenated.
     fn lean_attention_packed_backward(
@@ -124,13 +126,14 @@ pub trait AttentionOps: GemmOps {
 
     /// The packed attention's forward pass in blocks on this backend's GEMMs: q, k and v
     /// copied contiguous from `qkv` once (a batched GEMM whose batch must step through one
-    /// stride, cuBLASLt's, would otherwise copy them for each product), then the blocks.
+    /// stride, cuBLASLt's, would otherwise copy them for each product), then the blocks;
+    /// returns as [`lean_attention_packed_forward`](Self::lean_attention_packed_forward).
     /// The fused stacks queue it as one operation that their inner backend runs.
     fn lean_attention_blocks_forward(
         qkv: FloatTensor<Self>,
         layout: [usize; 3],
         causal: bool,
-    ) -> [FloatTensor<Self>; 5] {
+    ) -> ([FloatTensor<Self>; 5], FloatTensor<Self>) {
         packed::blocks_forward::<Self>(qkv, layout, causal)
     }
 
@@ -275,7 +278,7 @@ impl<B: ChunkedConv + AttentionOps> AttentionOps for Lean<B> {
         qkv: FloatTensor<Self>,
         layout: [usize; 3],
         causal: bool,
-    ) -> [FloatTensor<Self>; 5] {
+    ) -> ([FloatTensor<Self>; 5], FloatTensor<Self>) {
         let head_dim = qkv.shape().dims::<2>()[1] / 3 / layout[2].max(1);
         match blocks_on_vendor_gemm::<B>(&B::float_device(&qkv), qkv.dtype(), head_dim) {
             true => B::lean_attention_blocks_forward(qkv, layout, causal),
@@ -304,7 +307,7 @@ impl<B: ChunkedConv + AttentionOps> AttentionOps for Lean<B> {
         qkv: FloatTensor<Self>,
         layout: [usize; 3],
         causal: bool,
-    ) -> [FloatTensor<Self>; 5] {
+    ) -> ([FloatTensor<Self>; 5], FloatTensor<Self>) {
         B::lean_attention_blocks_forward(qkv, layout, causal)
     }
 

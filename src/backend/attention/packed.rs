@@ -76,50 +76,80 @@ pub(crate) fn pack_heads<B: Backend>(parts: [FloatTensor<B>; 3], [batch, seq, _]
 /// [`AttentionOps::lean_attention_forward`]).
 pub(crate) type PackedSaved<B> = [FloatTensor<B>; 5];
 
-/// [`AttentionOps::lean_attention_packed_forward`] by default: q, k and v as views of
-/// `qkv`, then `B`'s forward pass.
-pub(crate) fn views_forward<B: AttentionOps>(qkv: FloatTensor<B>, layout: [usize; 3], causal: bool) -> PackedSaved<B> {
-    let [query, key, value] = split_heads::<B>(qkv, layout);
-    let (output, lse) = B::lean_attention_forward(query.clone(), key.clone(), value.clone(), causal);
-    [query, key, value, output, lse]
+/// Heads `[batch, heads, seq, head_dim]` as token rows `[batch · seq, heads · head_dim]`
+/// (a copy: the heads swapped back next to each other).
+pub(crate) fn heads_to_rows<B: Backend>(heads: FloatTensor<B>) -> FloatTensor<B> {
+    let heads = Tensor::<B, 4>::from_primitive(TensorPrimitive::Float(heads));
+    let [batch, count, seq, head_dim] = heads.dims();
+    heads.swap_dims(1, 2).reshape([batch * seq, count * head_dim]).into_primitive().tensor()
 }
 
-/// [`AttentionOps::lean_attention_packed_backward`] by default: `B`'s backward pass, its
-/// three gradients packed as `qkv` is.
+/// Token rows `[batch · seq, heads · head_dim]` as heads `[batch, heads, seq, head_dim]`
+/// (a view).
+fn rows_to_heads<B: Backend>(rows: FloatTensor<B>, [batch, seq, heads]: [usize; 3]) -> FloatTensor<B> {
+    let rows = Tensor::<B, 2>::from_primitive(TensorPrimitive::Float(rows));
+    let head_dim = rows.dims()[1] / heads.max(1);
+    rows.reshape([batch, seq, heads, head_dim]).swap_dims(1, 2).into_primitive().tensor()
+}
+
+/// [`AttentionOps::lean_attention_packed_forward`] by default: q, k and v as views of
+/// `qkv`, then `B`'s forward pass; what the backward reads and the output in token rows.
+pub(crate) fn views_forward<B: AttentionOps>(
+    qkv: FloatTensor<B>,
+    layout: [usize; 3],
+    causal: bool,
+) -> (PackedSaved<B>, FloatTensor<B>) {
+    let [query, key, value] = split_heads::<B>(qkv, layout);
+    let (output, lse) = B::lean_attention_forward(query.clone(), key.clone(), value.clone(), causal);
+    let rows = heads_to_rows::<B>(output.clone());
+    ([query, key, value, output, lse], rows)
+}
+
+/// [`AttentionOps::lean_attention_packed_backward`] by default: `B`'s backward pass of the
+/// output's gradient in token rows (viewed as heads), its three gradients packed as `qkv`.
 pub(crate) fn views_backward<B: AttentionOps>(
     [query, key, value, output, lse]: PackedSaved<B>,
     grad: FloatTensor<B>,
     layout: [usize; 3],
     causal: bool,
 ) -> FloatTensor<B> {
+    let grad = rows_to_heads::<B>(grad, layout);
     pack_heads::<B>(B::lean_attention_backward(query, key, value, output, lse, grad, causal), layout)
 }
 
 /// [`AttentionOps::lean_attention_blocks_forward`] by default: q, k and v copied contiguous
-/// once ([`contiguous_heads`]), then the attention in blocks on `B`'s GEMMs.
-pub(crate) fn blocks_forward<B: AttentionOps>(qkv: FloatTensor<B>, layout: [usize; 3], causal: bool) -> PackedSaved<B> {
+/// once ([`contiguous_heads`]), then the attention in blocks on `B`'s GEMMs, the output
+/// also in token rows.
+pub(crate) fn blocks_forward<B: AttentionOps>(
+    qkv: FloatTensor<B>,
+    layout: [usize; 3],
+    causal: bool,
+) -> (PackedSaved<B>, FloatTensor<B>) {
     let [query, key, value] = contiguous_heads::<B>(qkv, layout);
     let (output, lse) = blocked::forward_within_workspace::<B>(query.clone(), key.clone(), value.clone(), causal);
-    [query, key, value, output, lse]
+    let rows = heads_to_rows::<B>(output.clone());
+    ([query, key, value, output, lse], rows)
 }
 
-/// [`AttentionOps::lean_attention_blocks_backward`] by default: the output's gradient
-/// copied contiguous where it is a view (two products read it: one copy, not one each),
-/// the backward in the blocks of [`blocks_forward`], the gradients packed.
+/// [`AttentionOps::lean_attention_blocks_backward`] by default: the output's gradient (in
+/// token rows) copied into contiguous heads (two products read it: one copy, not one
+/// each), the backward in the blocks of [`blocks_forward`], the gradients packed.
 pub(crate) fn blocks_backward<B: AttentionOps>(
     [query, key, value, output, lse]: PackedSaved<B>,
     grad: FloatTensor<B>,
     layout: [usize; 3],
     causal: bool,
 ) -> FloatTensor<B> {
-    let grad = contiguous(Tensor::<B, 4>::from_primitive(TensorPrimitive::Float(grad))).into_primitive().tensor();
+    let grad = Tensor::<B, 4>::from_primitive(TensorPrimitive::Float(rows_to_heads::<B>(grad, layout)));
+    let grad = contiguous(grad).into_primitive().tensor();
     let gradients = blocked::backward_within_workspace::<B>(query, key, value, output, lse, grad, causal);
     pack_heads::<B>(gradients, layout)
 }
 
 /// [`AttentionOps::lean_attention_packed`] on tensors: `qkv` `[batch · seq, 3 · d]` (rows
 /// `b · seq .. (b + 1) · seq` are sequence `b`; each row the token's query, key and value,
-/// `heads` heads each) → the attention's output `[batch, heads, seq, d / heads]`.
+/// `heads` heads each) → the attention's output in the same token rows, `[batch · seq, d]`
+/// (each row the token's heads side by side: what the output projection reads).
 ///
 /// # Panics
 /// If `qkv` does not have `batch · seq` rows, or its width is not three times a multiple
@@ -129,7 +159,7 @@ pub fn lean_attention_packed<B: AttentionOps>(
     [batch, seq]: [usize; 2],
     heads: usize,
     causal: bool,
-) -> Tensor<B, 4> {
+) -> Tensor<B, 2> {
     let [rows, width] = qkv.dims();
     assert!(
         rows == batch * seq && heads > 0 && width % (3 * heads) == 0,
@@ -180,8 +210,8 @@ mod tests {
         Tensor::from_data(TensorData::new(values, shape), &Default::default())
     }
 
-    /// The output and `qkv`'s gradient for the loss `Σ output ∘ w`: packed, or by the three
-    /// slices of before (`swap`: key and value swapped, the control's wrong attention).
+    /// The output in token rows and `qkv`'s gradient for the loss `Σ output ∘ w`: packed,
+    /// or by the three slices of before (`swap`: key and value swapped, the control's wrong attention).
     fn run<B: AutodiffBackend + AttentionOps>(
         ([batch, seq, heads, head_dim], causal): Shape,
         packed: bool,
@@ -189,14 +219,15 @@ mod tests {
     ) -> [Vec<f32>; 2] {
         let mut rng = SmallRng::seed_from_u64((batch * 1000 + seq * 10 + heads) as u64);
         let qkv = random::<B, 2>(&mut rng, [batch * seq, 3 * heads * head_dim]).require_grad();
-        let weight = random::<B, 4>(&mut rng, [batch, heads, seq, head_dim]);
+        let weight = random::<B, 2>(&mut rng, [batch * seq, heads * head_dim]);
         let output = if packed {
             lean_attention_packed(qkv.clone(), [batch, seq], heads, causal)
         } else {
             let [q, k, v]: [Tensor<B, 2>; 3] = qkv.clone().chunk(3, 1).try_into().unwrap();
             let split = |t: Tensor<B, 2>| t.reshape([batch, seq, heads, head_dim]).swap_dims(1, 2);
             let (k, v) = if swap { (v, k) } else { (k, v) };
-            lean_attention(split(q), split(k), split(v), causal)
+            let output = lean_attention(split(q), split(k), split(v), causal);
+            output.swap_dims(1, 2).reshape([batch * seq, heads * head_dim])
         };
         let grads = (output.clone() * weight).sum().backward();
         let grad = qkv.grad(&grads).expect("qkv has a gradient");
@@ -213,11 +244,11 @@ mod tests {
         }
     }
 
-    /// The output and `qkv`'s gradient as the GPT-2 model runs the packed attention: the
-    /// output read back in token rows (`[batch · seq, d]`, the heads swapped back), so
-    /// that its gradient arrives as a strided view; and the `GemmOps` operand copies
-    /// counted on this thread meanwhile. `packed` false: the three head views of `qkv`
-    /// into `lean_attention`, the control's layout.
+    /// The output in token rows (`[batch · seq, d]`) and `qkv`'s gradient as the GPT-2
+    /// model runs the packed attention, and the `GemmOps` operand copies counted on this
+    /// thread meanwhile. `packed` false: the three head views of `qkv` into
+    /// `lean_attention`, the output's heads swapped back into rows (so that its gradient
+    /// arrives as a strided view), the control's layout.
     fn run_in_rows<B: AutodiffBackend + AttentionOps>(
         [batch, seq, heads, head_dim]: [usize; 4],
         packed: bool,
@@ -227,13 +258,12 @@ mod tests {
         let qkv = random::<B, 2>(&mut rng, [batch * seq, 3 * d]).require_grad();
         let weight = random::<B, 2>(&mut rng, [batch * seq, d]);
         COPIES_HERE.with(|here| here.set(0));
-        let output = if packed {
+        let rows = if packed {
             lean_attention_packed(qkv.clone(), [batch, seq], heads, true)
         } else {
             let [q, k, v] = split_packed_heads(qkv.clone(), [batch, seq, heads]);
-            lean_attention(q, k, v, true)
+            lean_attention(q, k, v, true).swap_dims(1, 2).reshape([batch * seq, d])
         };
-        let rows = output.swap_dims(1, 2).reshape([batch * seq, d]);
         let grads = (rows.clone() * weight).sum().backward();
         let grad = qkv.grad(&grads).expect("qkv has a gradient");
         let values = [rows.into_data().to_vec().unwrap(), grad.into_data().to_vec().unwrap()];
