@@ -86,8 +86,8 @@ impl<B: FusionBackend + AttentionOps> Operation<B::FusionRuntime> for QueuedAtte
             }
             Pass::BlocksForward { layout, causal } => {
                 let qkv = handles.get_float_tensor::<B>(&self.desc.inputs[0]);
-                let ([query, key, value, output, lse], rows) = packed::blocks_forward::<B>(qkv, layout, causal);
-                self.register(handles, [query, key, value, output, lse, rows]);
+                let ([query, key, value, _, lse], rows) = packed::blocks_forward::<B>(qkv, layout, causal);
+                self.register(handles, [query, key, value, lse, rows]);
             }
             Pass::BlocksBackward { layout, causal } => {
                 let ([query, key, value, output, lse, grad], _) = self.desc.as_fixed::<6, 1>();
@@ -243,11 +243,11 @@ impl<B: FusionBackend + AttentionOps> AttentionOps for Fusion<B> {
         let heads_like = (Shape::new([batch, heads, seq, head_dim]), qkv.dtype);
         let lse = (Shape::new([batch, heads, seq, 1]), DType::F32);
         let rows = (Shape::new([batch * seq, heads * head_dim]), qkv.dtype);
-        let outputs = [heads_like.clone(), heads_like.clone(), heads_like.clone(), heads_like, lse, rows];
+        let outputs = [heads_like.clone(), heads_like.clone(), heads_like, lse, rows];
         let pass = Pass::BlocksForward { layout, causal };
-        let [query, key, value, output, lse, rows] =
-            queue::<B, 6>(pass, "leanburn_attention_blocks_forward", vec![qkv], outputs);
-        ([query, key, value, output, lse], rows)
+        let [query, key, value, lse, rows] =
+            queue::<B, 5>(pass, "leanburn_attention_blocks_forward", vec![qkv], outputs);
+        ([query, key, value, rows.clone(), lse], rows)
     }
 
     /// One queued operation: the output's gradient copied from token rows into contiguous

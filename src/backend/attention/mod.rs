@@ -97,8 +97,8 @@ pub trait AttentionOps: GemmOps {
 
     /// The packed attention's forward pass for a backward pass to follow (its autodiff
     /// node's): what [`lean_attention_packed_backward`](Self::lean_attention_packed_backward)
-    /// reads (q, k, v and the output `[batch, heads, seq, head_dim]`, the log-sum-exp) and
-    /// the output in token rows. By default q, k and v as views of `qkv` into
+    /// reads (q, k and v `[batch, heads, seq, head_dim]`, the output in token rows, the
+    /// log-sum-exp) and the output in token rows. By default q, k and v as views of `qkv` into
     /// [`lean_attention_forward`](Self::lean_attention_forward); `Lean` takes
     /// [`lean_attention_blocks_forward`](Self::lean_attention_blocks_forward) where its
     /// blocks' products are the vendor's GEMM.

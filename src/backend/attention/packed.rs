@@ -71,8 +71,9 @@ pub(crate) fn pack_heads<B: Backend>(parts: [FloatTensor<B>; 3], [batch, seq, _]
 }
 
 /// What the packed attention's backward pass reads, as its forward pass leaves it: q, k
-/// and v `[batch, heads, seq, head_dim]`, the output (the same shape) and each query row's
-/// log-sum-exp (in the layout of the forward that ran: see
+/// and v `[batch, heads, seq, head_dim]`, the output in token rows (the node's output
+/// itself: the heads' layout is not kept beside it; the backward views the rows as heads)
+/// and each query row's log-sum-exp (in the layout of the forward that ran: see
 /// [`AttentionOps::lean_attention_forward`]).
 pub(crate) type PackedSaved<B> = [FloatTensor<B>; 5];
 
@@ -101,19 +102,20 @@ pub(crate) fn views_forward<B: AttentionOps>(
 ) -> (PackedSaved<B>, FloatTensor<B>) {
     let [query, key, value] = split_heads::<B>(qkv, layout);
     let (output, lse) = B::lean_attention_forward(query.clone(), key.clone(), value.clone(), causal);
-    let rows = heads_to_rows::<B>(output.clone());
-    ([query, key, value, output, lse], rows)
+    let rows = heads_to_rows::<B>(output);
+    ([query, key, value, rows.clone(), lse], rows)
 }
 
-/// [`AttentionOps::lean_attention_packed_backward`] by default: `B`'s backward pass of the
-/// output's gradient in token rows (viewed as heads), its three gradients packed as `qkv`.
+/// [`AttentionOps::lean_attention_packed_backward`] by default: `B`'s backward pass, the
+/// output and its gradient in token rows viewed as heads (the kernels and the blocks read
+/// them by their strides), its three gradients packed as `qkv`.
 pub(crate) fn views_backward<B: AttentionOps>(
     [query, key, value, output, lse]: PackedSaved<B>,
     grad: FloatTensor<B>,
     layout: [usize; 3],
     causal: bool,
 ) -> FloatTensor<B> {
-    let grad = rows_to_heads::<B>(grad, layout);
+    let [output, grad] = [output, grad].map(|rows| rows_to_heads::<B>(rows, layout));
     pack_heads::<B>(B::lean_attention_backward(query, key, value, output, lse, grad, causal), layout)
 }
 
@@ -127,19 +129,21 @@ pub(crate) fn blocks_forward<B: AttentionOps>(
 ) -> (PackedSaved<B>, FloatTensor<B>) {
     let [query, key, value] = contiguous_heads::<B>(qkv, layout);
     let (output, lse) = blocked::forward_within_workspace::<B>(query.clone(), key.clone(), value.clone(), causal);
-    let rows = heads_to_rows::<B>(output.clone());
-    ([query, key, value, output, lse], rows)
+    let rows = heads_to_rows::<B>(output);
+    ([query, key, value, rows.clone(), lse], rows)
 }
 
 /// [`AttentionOps::lean_attention_blocks_backward`] by default: the output's gradient (in
 /// token rows) copied into contiguous heads (two products read it: one copy, not one
-/// each), the backward in the blocks of [`blocks_forward`], the gradients packed.
+/// each), the output viewed as heads (the softmax's backward reads it by its strides), the
+/// backward in the blocks of [`blocks_forward`], the gradients packed.
 pub(crate) fn blocks_backward<B: AttentionOps>(
     [query, key, value, output, lse]: PackedSaved<B>,
     grad: FloatTensor<B>,
     layout: [usize; 3],
     causal: bool,
 ) -> FloatTensor<B> {
+    let output = rows_to_heads::<B>(output, layout);
     let grad = Tensor::<B, 4>::from_primitive(TensorPrimitive::Float(rows_to_heads::<B>(grad, layout)));
     let grad = contiguous(grad).into_primitive().tensor();
     let gradients = blocked::backward_within_workspace::<B>(query, key, value, output, lse, grad, causal);
