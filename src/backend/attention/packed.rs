@@ -302,23 +302,28 @@ mod tests {
     }
 
     /// The same on the fused stack with its GEMMs queued as on CUDA, where each pass of the
-    /// packed attention is one queued operation that the inner backend runs (counted: at
-    /// least the forward and the backward of this test; the count is process-wide): the
-    /// output and gradient equal the views' within 1e-5. The control, the views into
-    /// `lean_attention`, runs the blocks on the fusion stream's own operations.
+    /// packed attention is one queued operation that the inner backend runs (counted: the
+    /// forward and the backward; no other test queues them): the output and gradient
+    /// equal, within 1e-5, the three head views into `lean_attention` (whose blocks run on
+    /// the fusion stream's own operations) and the packed attention without queued GEMMs
+    /// (wgpu's fused kernels). The controls: neither of those two queues a pass.
     #[test]
     fn packed_heads_on_the_queued_stack_equal_the_views() {
         type B = Autodiff<Lean<Wgpu>>;
         let shape = [2, 7, 2, 8];
         let queued = || BLOCKS_QUEUED.load(Ordering::Relaxed);
         QUEUE_GEMM.with(|queue| queue.set(true));
-        let before = queued();
+        let start = queued();
         let (packed, _) = run_in_rows::<B>(shape, true);
-        let packed_passes = queued() - before;
+        let packed_passes = queued() - start;
         let (views, _) = run_in_rows::<B>(shape, false);
         QUEUE_GEMM.with(|queue| queue.set(false));
-        assert!(packed_passes >= 2, "the packed attention's passes were not queued as one operation each");
+        let (kernels, _) = run_in_rows::<B>(shape, true);
+        let control_passes = queued() - start - packed_passes;
+        assert_eq!(packed_passes, 2, "the packed attention's two passes were not queued as one operation each");
+        assert_eq!(control_passes, 0, "the controls queued the packed attention's passes");
         assert_close(&packed, &views);
+        assert_close(&packed, &kernels);
     }
 
     #[test]
