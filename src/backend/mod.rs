@@ -78,6 +78,7 @@ mod embedding;
 mod gelu;
 pub(crate) mod gemm;
 mod layer_norm;
+mod linear;
 mod lm_head_loss;
 mod ops;
 pub(crate) mod optimizer;
@@ -100,6 +101,8 @@ pub use gemm::{
     set_vendor_gemm, vendor_gemm, F32Gemm, GemmOps, GemmOrder, VendorGemm,
 };
 pub use layer_norm::{layer_norm, LayerNormOps};
+pub(crate) use linear::linear;
+pub use linear::{LinearGrads, LinearOps};
 pub use lm_head_loss::LmHeadLossOps;
 pub(crate) use lm_head_loss::{lm_head_loss, lm_head_token_losses};
 pub use optimizer::{AdamWParam, AdamWStep, OptimizerOps};

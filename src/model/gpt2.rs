@@ -19,14 +19,15 @@
 //! [`lm_head_loss`](super::lm_head_loss), which also keeps none for the backward pass.
 
 use crate::backend::{
-    bias_gelu, exact_gelu, layer_norm, lean_attention_packed, residual_linear, split_packed_heads, TransformerOps,
+    bias_gelu, exact_gelu, layer_norm, lean_attention_packed, linear, residual_linear, split_packed_heads,
+    TransformerOps,
 };
 use burn::module::{Initializer, Module};
 use burn::nn::loss::CrossEntropyLossConfig;
 use burn::nn::{Dropout, DropoutConfig, Embedding, EmbeddingConfig, LayerNorm, LayerNormConfig, Linear, LinearConfig};
 use burn::prelude::*;
 use burn::tensor::backend::AutodiffBackend;
-use burn::tensor::module::{attention, linear};
+use burn::tensor::module::attention;
 use burn::tensor::ops::AttentionModuleOptions;
 use burn::train::metric::ItemLazy;
 use burn::train::{InferenceStep, TrainOutput, TrainStep};
@@ -281,7 +282,8 @@ impl<B: TransformerOps> CausalSelfAttention<B> {
     /// `b · seq .. (b + 1) · seq` are sequence `b`).
     fn context(&self, x: Tensor<B, 2>, [batch, seq]: [usize; 2]) -> Tensor<B, 2> {
         let d = x.dims()[1];
-        let qkv = self.qkv.forward(x);
+        // One graph node whose backward is one op (`backend::linear`).
+        let qkv = linear(x, self.qkv.weight.val(), self.qkv.bias.as_ref().map(|bias| bias.val()));
         if self.lean {
             // One graph node from the packed projection to the heads' outputs in token
             // rows: its backward writes `qkv`'s gradient once, not as three slices'

@@ -79,14 +79,17 @@ impl<B: FusionBackend + GemmOps> GemmOps for Fusion<B> {
         }
     }
 
-    /// One custom operation where cuBLASLt adds the bias in its epilogue; elsewhere the
-    /// GEMM and Fusion's add, which Fusion may fuse with the element-wise ops after it.
+    /// One custom operation where the GEMMs are queued: the inner backend's `gemm_bias`
+    /// (cuBLASLt adding the bias in its epilogue where [`gemm_fused_adds`], else its GEMM
+    /// and add), where the GEMM, the bias's reshape and Fusion's add would be three
+    /// operations on the stream. Elsewhere the GEMM and Fusion's add, which Fusion may fuse
+    /// with the element-wise ops after it.
     fn gemm_bias(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>, bias: FloatTensor<Self>) -> FloatTensor<Self> {
-        let epilogue = queue_addend::<B>(lhs.client.device());
+        let queued = Self::vendor_gemm(lhs.client.device());
         let shape = output_shape(lhs.shape.as_slice(), rhs.shape.as_slice());
         let same_type = lhs.dtype == rhs.dtype && bias.dtype == lhs.dtype;
         match shape {
-            Some(shape) if epilogue && same_type && bias.shape.as_slice() == [shape[shape.len() - 1]] => {
+            Some(shape) if queued && same_type && bias.shape.as_slice() == [shape[shape.len() - 1]] => {
                 let output = (Shape::from(shape), lhs.dtype);
                 queue_gemm_op::<B>("leanburn_gemm_bias", vec![lhs, rhs, bias], output, (Addend::Bias, [false; 2]))
             }

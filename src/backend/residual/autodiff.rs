@@ -1,45 +1,34 @@
 //! `residual_linear` on `Autodiff<B>`: one node where there is a bias (GPT-2's layers),
 //! compute-bound as Burn's linear layer (its output kept, not recomputed, by a
-//! checkpointing strategy), whose backward is the linear layer's (`B`'s `linear_*_backward`
-//! ops: on `Lean` its GEMMs and column sums) with the output's gradient passed on to the
-//! residual. Without a bias, the linear layer's node and the add's.
+//! checkpointing strategy), whose backward is the linear layer's (`B`'s
+//! [`LinearOps::linear_grads`]: on `Lean` its GEMMs and column sums, one op where they are
+//! queued) with the output's gradient passed on to the residual. Without a bias, the linear
+//! layer's node ([`LinearOps::linear_layer`]) and the add's.
 
 use burn::backend::autodiff::checkpoint::base::Checkpointer;
 use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
 use burn::backend::autodiff::grads::Gradients;
 use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
-use burn::backend::autodiff::NodeId;
 use burn::backend::Autodiff;
-use burn_backend::ops::{FloatTensorOps, ModuleOps};
+use burn_backend::ops::FloatTensorOps;
 use burn_backend::tensor::FloatTensor;
 
 use super::ResidualOps;
+use crate::backend::linear::{register_linear_grads, LinearOps, LinearState};
 
 #[derive(Debug)]
 struct ResidualLinearBackward;
 
 impl<B: ResidualOps> Backward<B, 4> for ResidualLinearBackward {
-    /// `x`'s node where the weight needs a gradient, the weight's where `x` does.
-    type State = (Option<NodeId>, Option<NodeId>);
+    type State = LinearState;
 
     fn backward(self, ops: Ops<Self::State, 4>, grads: &mut Gradients, checkpointer: &mut Checkpointer) {
-        let [node_residual, node_x, node_weight, node_bias] = ops.parents;
+        let [node_residual, node_x, node_weight, node_bias] = ops.parents.map(|node| node.map(|node| node.id));
         let grad = grads.consume::<B>(&ops.node);
-        let (x_state, weight_state) = ops.state;
-        let mut retrieve = |id: Option<NodeId>| id.map(|id| checkpointer.retrieve_node_output::<FloatTensor<B>>(id));
-        let (x, weight) = (retrieve(x_state), retrieve(weight_state));
-        if let (Some(node), Some(weight)) = (node_x, weight) {
-            grads.register::<B>(node.id, B::linear_x_backward(weight, grad.clone()));
-        }
-        if let (Some(node), Some(x)) = (node_weight, x) {
-            grads.register::<B>(node.id, B::linear_weight_backward(x, grad.clone()));
-        }
-        if let Some(node) = node_bias {
-            grads.register::<B>(node.id, B::linear_bias_backward(grad.clone()));
-        }
         if let Some(node) = node_residual {
-            grads.register::<B>(node.id, grad);
+            grads.register::<B>(node, grad.clone());
         }
+        register_linear_grads::<B>(grads, checkpointer, [node_x, node_weight, node_bias], ops.state, grad);
     }
 }
 
@@ -51,7 +40,7 @@ impl<B: ResidualOps, C: CheckpointStrategy> ResidualOps for Autodiff<B, C> {
         bias: Option<FloatTensor<Self>>,
     ) -> FloatTensor<Self> {
         let Some(bias) = bias else {
-            return Self::float_add(residual, Self::linear(x, weight, None));
+            return Self::float_add(residual, Self::linear_layer(x, weight, None));
         };
         let (x_tracked, weight_tracked) = (x.is_tracked(), weight.is_tracked());
         let parents = [residual.node.clone(), x.node.clone(), weight.node.clone(), bias.node.clone()];

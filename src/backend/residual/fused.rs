@@ -12,6 +12,7 @@ use burn_fusion::{Fusion, FusionBackend, FusionRuntime};
 use burn_ir::{CustomOpIr, HandleContainer};
 
 use super::{composed, Operands, ResidualOps};
+use crate::backend::bias_grad::BiasGradOps;
 use crate::backend::custom_op::queue_custom;
 use crate::backend::gemm::GemmOps;
 
@@ -39,7 +40,7 @@ impl<B: FusionBackend + ResidualOps> Operation<B::FusionRuntime> for QueuedResid
     }
 }
 
-impl<B: FusionBackend + ResidualOps> ResidualOps for Fusion<B> {
+impl<B: FusionBackend + ResidualOps + BiasGradOps> ResidualOps for Fusion<B> {
     fn residual_linear(
         residual: FloatTensor<Self>,
         x: FloatTensor<Self>,

@@ -24,9 +24,10 @@ use burn_backend::tensor::FloatTensor;
 use burn_backend::{DType, Shape};
 
 use super::gemm::{self, GemmOps};
+use super::linear::LinearOps;
 
 /// A backend whose residual add after a linear layer is one op; see the [module docs](self).
-pub trait ResidualOps: GemmOps {
+pub trait ResidualOps: LinearOps {
     /// `residual + x · weight [+ bias]`: `x` `[..., d_in]`, `weight` `[d_in, d_out]`, `bias`
     /// `[d_out]`, `residual` of the product's shape. By default the linear layer (on
     /// [`GemmOps::gemm`] where [`GemmOps::vendor_gemm`]) and the add.
