@@ -9,8 +9,8 @@
 //! row statistics, and its backward ([`LayerNormOps::lean_layer_norm_backward`]) gives the
 //! input's, γ's and β's gradients, the input's with the gradient it already has from its
 //! other uses added (a pre-norm transformer's residual connection: in the same pass, where
-//! `Autodiff` would add the two after it). On the CubeCL backends (CUDA, wgpu; fused or not) they
-//! are `leanburn-kernels`' `layer_norm` kernels (one launch forward, two or three
+//! `Autodiff` would add the two after it). On the CubeCL backends (CUDA, wgpu; fused or
+//! not) they are `leanburn-kernels`' `layer_norm` kernels (one launch forward, two or three
 //! backward). Where the backend has no kernel for the input's type
 //! ([`LayerNormOps::fused_layer_norm`] false: Flex, ndarray, other element types) the node
 //! would buy nothing, and `Autodiff` runs Burn's `layer_norm` as before; the composed
