@@ -34,20 +34,31 @@ pub fn against_burn<B: TrainBackend>(args: &Args, config: &Gpt2Config, seq: usiz
     let norm = LayerNormConfig::new(d).with_epsilon(config.layer_norm_eps).init::<B>(device);
     let x = Tensor::<B::InnerBackend, 2>::random([args.batch * seq, d], Distribution::Normal(0.3, 1.5), device);
     let dy = Tensor::<B::InnerBackend, 2>::random([args.batch * seq, d], Distribution::Normal(0.0, 1.0), device);
+    let forward = |lean: bool, x: Tensor<B, 2>| match lean {
+        true => layer_norm(&norm, x, config.layer_norm_eps),
+        false => norm.forward(x),
+    };
     let results = |lean: bool| {
-        let x = Tensor::<B, 2>::from_inner(x.clone()).require_grad();
-        let y = if lean { layer_norm(&norm, x.clone(), config.layer_norm_eps) } else { norm.forward(x.clone()) };
+        let x_tracked = || Tensor::<B, 2>::from_inner(x.clone()).require_grad();
+        let x = x_tracked();
+        let y = forward(lean, x.clone());
         let grads = (y.clone() * Tensor::from_inner(dy.clone())).sum().backward();
         let beta = norm.beta.as_ref().expect("GPT-2's LayerNorm has a bias");
         let flat = |t: Tensor<B::InnerBackend, 2>| t.flatten::<1>(0, 1);
+        // A block's input also feeds its residual, whose gradient leanburn's backward
+        // pass adds as it writes dx.
+        let block_input = x_tracked();
+        let block = block_input.clone() + forward(lean, block_input.clone());
+        let block_grads = (block * Tensor::from_inner(dy.clone())).sum().backward();
         [
             flat(y.inner()),
             flat(x.grad(&grads).expect("dx")),
             norm.gamma.grad(&grads).expect("dgamma"),
             beta.grad(&grads).expect("dbeta"),
+            flat(block_input.grad(&block_grads).expect("dx with the residual")),
         ]
     };
-    let errors: Vec<String> = ["y", "dx", "dgamma", "dbeta"]
+    let errors: Vec<String> = ["y", "dx", "dgamma", "dbeta", "dx with the residual"]
         .iter()
         .zip(results(true).into_iter().zip(results(false)))
         .map(|(name, (a, b))| format!("{name} {:.1e}", relative(a, b)))
