@@ -45,8 +45,7 @@ pub fn against_burn<B: TrainBackend>(args: &Args, config: &Gpt2Config, seq: usiz
         let grads = (y.clone() * Tensor::from_inner(dy.clone())).sum().backward();
         let beta = norm.beta.as_ref().expect("GPT-2's LayerNorm has a bias");
         let flat = |t: Tensor<B::InnerBackend, 2>| t.flatten::<1>(0, 1);
-        // A block's input also feeds its residual, whose gradient leanburn's backward
-        // pass adds as it writes dx.
+        // A block's input also feeds its residual: the two gradients summed.
         let block_input = x_tracked();
         let block = block_input.clone() + forward(lean, block_input.clone());
         let block_grads = (block * Tensor::from_inner(dy.clone())).sum().backward();

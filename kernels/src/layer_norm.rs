@@ -15,9 +15,7 @@
 //! [`layer_norm_param_grads_kernel`] sums blocks of [`ROWS_PER_PARTIAL`] rows, one unit
 //! per column, and [`launch_layer_norm_param_grads_finish`] adds the blocks' sums up with
 //! `column_sums`' kernel (not needed when there is one block). A backward pass is two or
-//! four launches. Rows are contiguous, `d` elements each. The backward kernel can add to
-//! `dx` the gradient `x` already has from its other uses (in a pre-norm transformer, the
-//! residual connection's), which would otherwise be an add of its own after it.
+//! four launches. Rows are contiguous, `d` elements each.
 
 use cubecl::prelude::*;
 use cubecl::CubeDim;
@@ -90,9 +88,7 @@ pub fn layer_norm_forward_kernel<F: Float>(
     }
 }
 
-/// Writes `dx` from `x`, `gamma`, the forward's `mean` and `rstd`, and `dy`; when
-/// `has_prior`, plus `prior` (the gradient `x` has from its other uses: a residual
-/// connection's), else `prior` is not read.
+/// Writes `dx` from `x`, `gamma`, the forward's `mean` and `rstd`, and `dy`.
 #[cube(launch_unchecked)]
 #[allow(clippy::too_many_arguments)]
 pub fn layer_norm_backward_kernel<F: Float>(
@@ -101,11 +97,9 @@ pub fn layer_norm_backward_kernel<F: Float>(
     mean: &Tensor<f32>,
     rstd: &Tensor<f32>,
     dy: &Tensor<F>,
-    prior: &Tensor<F>,
     dx: &mut Tensor<F>,
     rows: usize,
     d: usize,
-    #[comptime] has_prior: bool,
 ) {
     let (row, active) = cube_row(rows);
     if !active {
@@ -130,11 +124,7 @@ pub fn layer_norm_backward_kernel<F: Float>(
     while i < d {
         let g = f32::cast_from(dy[base + i]) * f32::cast_from(gamma[i]);
         let x_hat = (f32::cast_from(x[base + i]) - mu) * r;
-        let mut value = r * (g - mean_g - x_hat * mean_gx);
-        if has_prior {
-            value += f32::cast_from(prior[base + i]);
-        }
-        dx[base + i] = F::cast_from(value);
+        dx[base + i] = F::cast_from(r * (g - mean_g - x_hat * mean_gx));
         i += ROW_UNITS;
     }
 }
@@ -209,22 +199,17 @@ pub unsafe fn launch_layer_norm_forward<R: Runtime, F: Float + CubeElement>(
     );
 }
 
-/// Runs the backward kernel for `dx`, adding `prior` to it when `has_prior` (one pass where
-/// a residual connection's gradient would be a second).
+/// Runs the backward kernel for `dx`.
 ///
 /// # Safety
-/// `x`, `dy` and `dx` (and `prior`) must be contiguous `[rows, d]` tensors of `F`, `gamma`
-/// `[d]`, `mean` and `rstd` the forward's `[rows]` f32; `prior` may be any tensor when
-/// `has_prior` is false.
-#[allow(clippy::too_many_arguments)]
+/// `x`, `dy` and `dx` must be contiguous `[rows, d]` tensors of `F`, `gamma` `[d]`, `mean`
+/// and `rstd` the forward's `[rows]` f32.
 pub unsafe fn launch_layer_norm_backward<R: Runtime, F: Float + CubeElement>(
     client: &ComputeClient<R>,
     [x, gamma, mean, rstd, dy]: [TensorArg<R>; 5],
-    prior: TensorArg<R>,
     dx: TensorArg<R>,
     rows: usize,
     d: usize,
-    has_prior: bool,
 ) {
     layer_norm_backward_kernel::launch_unchecked::<F, R>(
         client,
@@ -235,11 +220,9 @@ pub unsafe fn launch_layer_norm_backward<R: Runtime, F: Float + CubeElement>(
         mean,
         rstd,
         dy,
-        prior,
         dx,
         rows,
         d,
-        has_prior,
     );
 }
 

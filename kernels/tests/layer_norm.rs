@@ -1,10 +1,9 @@
 //! The LayerNorm kernels against their CPU reference on a real runtime (wgpu; llvmpipe in
 //! CI): randomized widths (below, at and above the cube's 128 units; GPT-2-small's 768)
 //! and row counts (one block of parameter-gradient sums and several, one past 65,535 rows
-//! is left to the GPU: llvmpipe would take minutes), with and without β, with and without
-//! a prior gradient of the input added to `dx`, f32 and f16. Controls: a backward pass fed
-//! the wrong row statistics, the forward with the wrong ε, and a prior gradient left out,
-//! are caught.
+//! is left to the GPU: llvmpipe would take minutes), with and without β, f32 and f16.
+//! Controls: a backward pass fed the wrong row statistics, and the forward with the wrong
+//! ε, are caught.
 
 mod common;
 
@@ -34,13 +33,11 @@ struct Run {
     dbeta: Vec<f32>,
 }
 
-/// Forward then backward of `Σ dy ∘ y`, `dx` plus `prior` where given; `stats_shift` is
-/// added to the mean the backward pass reads (the control).
-#[allow(clippy::too_many_arguments)]
+/// Forward then backward of `Σ dy ∘ y`; `stats_shift` is added to the mean the backward
+/// pass reads (the control).
 fn run<E: Element>(
     client: &ComputeClient<WgpuRuntime>,
     [x, gamma, beta, dy]: [&[f32]; 4],
-    prior: Option<&[f32]>,
     d: usize,
     has_beta: bool,
     epsilon: f64,
@@ -74,17 +71,14 @@ fn run<E: Element>(
         client.create_from_slice(f32::as_bytes(&shifted))
     };
     let (dx_h, dgamma_h, dbeta_h) = (client.empty(rows * d * elem), client.empty(d * elem), client.empty(d * elem));
-    let prior_h = prior.map_or_else(|| dy_h.clone(), upload);
     let stats = |h: &cubecl::server::Handle| arg(h, rows);
     unsafe {
         launch_layer_norm_backward::<WgpuRuntime, E>(
             client,
             [arg(&x_h, rows * d), arg(&gamma_h, d), stats(&mean_h), stats(&rstd_h), arg(&dy_h, rows * d)],
-            arg(&prior_h, rows * d),
             arg(&dx_h, rows * d),
             rows,
             d,
-            prior.is_some(),
         );
         let inputs = || [arg(&x_h, rows * d), stats(&mean_h), stats(&rstd_h), arg(&dy_h, rows * d)];
         let blocks = layer_norm_blocks(rows);
@@ -128,16 +122,13 @@ fn random(rng: &mut SmallRng, len: usize, spread: f32) -> Vec<f32> {
     (0..len).map(|_| rng.random_range(-spread..spread)).collect()
 }
 
-/// Each output's error against the reference (`dx` plus `prior` where given): `[y, dx,
-/// dgamma, dbeta]` (the last two divided by √rows: they are sums over the rows).
-fn errors(got: &Run, inputs: [&[f32]; 4], prior: Option<&[f32]>, d: usize, has_beta: bool) -> [f32; 4] {
+/// Each output's error against the reference: `[y, dx, dgamma, dbeta]` (the last two
+/// divided by √rows: they are sums over the rows).
+fn errors(got: &Run, inputs: [&[f32]; 4], d: usize, has_beta: bool) -> [f32; 4] {
     let [x, gamma, beta, dy] = inputs;
     let rows = x.len() / d;
     let (y, _, _) = reference::layer_norm(x, gamma, has_beta.then_some(beta), d, EPSILON);
-    let (mut dx, dgamma, dbeta) = reference::layer_norm_backward(x, gamma, dy, d, EPSILON);
-    for (dx, prior) in dx.iter_mut().zip(prior.unwrap_or_default()) {
-        *dx += prior;
-    }
+    let (dx, dgamma, dbeta) = reference::layer_norm_backward(x, gamma, dy, d, EPSILON);
     let sums = (rows as f32).sqrt();
     [error(&got.y, &y), error(&got.dx, &dx), error(&got.dgamma, &dgamma) / sums, error(&got.dbeta, &dbeta) / sums]
 }
@@ -149,7 +140,7 @@ fn check<E: Element>(tolerance: f32) {
         (0..6).map(|_| (rng.random_range(1..=300), rng.random_range(1..=600))).collect();
     cases.extend([(128, 64), (768, 40), (32, 1000), (1, 3)]);
     for (index, (d, rows)) in cases.into_iter().enumerate() {
-        let (has_beta, has_prior) = (index % 3 != 1, index % 2 == 0);
+        let has_beta = index % 3 != 1;
         let round = |v: Vec<f32>| E::widen(&E::narrow(&v));
         // Rows off centre and spread, as activations are.
         let x: Vec<f32> =
@@ -160,15 +151,13 @@ fn check<E: Element>(tolerance: f32) {
             round(random(&mut rng, d, 0.5)),
             round(random(&mut rng, rows * d, 1.0)),
         );
-        let prior = has_prior.then(|| round(random(&mut rng, rows * d, 1.0)));
         let inputs = [&x[..], &gamma[..], &beta[..], &dy[..]];
-        let got = run::<E>(&client, inputs, prior.as_deref(), d, has_beta, EPSILON, 0.0);
-        let errs = errors(&got, inputs, prior.as_deref(), d, has_beta);
+        let got = run::<E>(&client, inputs, d, has_beta, EPSILON, 0.0);
+        let errs = errors(&got, inputs, d, has_beta);
         for (name, err) in ["y", "dx", "dgamma", "dbeta"].iter().zip(errs) {
             assert!(
                 err <= tolerance,
-                "case {index} (d {d}, rows {rows}, beta {has_beta}, prior {has_prior}): {name} off by {err:.2e} \
-                 (tolerance {tolerance:.0e})"
+                "case {index} (d {d}, rows {rows}, beta {has_beta}): {name} off by {err:.2e} (tolerance {tolerance:.0e})"
             );
         }
     }
@@ -185,7 +174,7 @@ fn f16_layer_norm_matches_the_reference() {
 }
 
 /// The controls: ε a hundred times too large moves `y`; a backward pass reading a mean
-/// off by 0.1 moves `dx` and `dgamma`; a prior gradient not added moves `dx`.
+/// off by 0.1 moves `dx` and `dgamma`.
 #[test]
 fn a_wrong_epsilon_or_wrong_row_statistics_are_caught() {
     let client = WgpuRuntime::client(&WgpuDevice::default());
@@ -194,22 +183,11 @@ fn a_wrong_epsilon_or_wrong_row_statistics_are_caught() {
     let x: Vec<f32> = random(&mut rng, rows * d, 0.01);
     let (gamma, beta, dy) = (random(&mut rng, d, 1.5), random(&mut rng, d, 0.5), random(&mut rng, rows * d, 1.0));
     let inputs = [&x[..], &gamma[..], &beta[..], &dy[..]];
-    let wide = run::<f32>(&client, inputs, None, d, true, 100.0 * EPSILON, 0.0);
-    assert!(errors(&wide, inputs, None, d, true)[0] > 100.0 * F32_TOLERANCE, "a wrong epsilon went unnoticed");
-    let shifted = run::<f32>(&client, inputs, None, d, true, EPSILON, 0.1);
-    let errs = errors(&shifted, inputs, None, d, true);
+    let wide = run::<f32>(&client, inputs, d, true, 100.0 * EPSILON, 0.0);
+    assert!(errors(&wide, inputs, d, true)[0] > 100.0 * F32_TOLERANCE, "a wrong epsilon went unnoticed");
+    let shifted = run::<f32>(&client, inputs, d, true, EPSILON, 0.1);
+    let errs = errors(&shifted, inputs, d, true);
     assert!(errs[2] > 100.0 * F32_TOLERANCE, "wrong row statistics went unnoticed: {errs:?}");
-    let prior = random(&mut rng, rows * d, 0.5);
-    let without_prior = errors(&right_run(&client, inputs, d), inputs, Some(&prior), d, true);
-    assert!(without_prior[1] > 100.0 * F32_TOLERANCE, "a prior gradient left out went unnoticed: {without_prior:?}");
-    let with_prior = run::<f32>(&client, inputs, Some(&prior), d, true, EPSILON, 0.0);
-    let errs = errors(&with_prior, inputs, Some(&prior), d, true);
-    assert!(errs.iter().all(|&e| e <= F32_TOLERANCE), "the prior gradient must be added: {errs:?}");
-    let right = right_run(&client, inputs, d);
-    assert!(errors(&right, inputs, None, d, true).iter().all(|&e| e <= F32_TOLERANCE), "the same inputs must match");
-}
-
-/// The run with β, the right ε and statistics, and no prior gradient.
-fn right_run(client: &ComputeClient<WgpuRuntime>, inputs: [&[f32]; 4], d: usize) -> Run {
-    run::<f32>(client, inputs, None, d, true, EPSILON, 0.0)
+    let right = run::<f32>(&client, inputs, d, true, EPSILON, 0.0);
+    assert!(errors(&right, inputs, d, true).iter().all(|&e| e <= F32_TOLERANCE), "the same inputs must match");
 }

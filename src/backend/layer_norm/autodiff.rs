@@ -1,17 +1,10 @@
 //! `lean_layer_norm` on `Autodiff<B>`: one graph node, its backward one op on `B`.
-//!
-//! Where the input has other uses whose backward ran first (in a pre-norm transformer the
-//! residual connection's, which comes later in the forward pass), `Gradients::register`
-//! would add the input's gradient from the LayerNorm to theirs: one more pass over the
-//! activations. The node takes their sum out of `Gradients` and hands it to the backward
-//! op, which adds it as it writes `dx` (the same values: f32 adds the same two numbers).
 
 use burn::backend::autodiff::checkpoint::base::Checkpointer;
 use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
 use burn::backend::autodiff::grads::Gradients;
 use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
 use burn::backend::Autodiff;
-use burn::tensor::backend::AutodiffBackend;
 use burn_backend::ops::ModuleOps;
 use burn_backend::tensor::FloatTensor;
 use burn_backend::TensorMetadata;
@@ -24,29 +17,13 @@ type State<B> = (FloatTensor<B>, FloatTensor<B>, FloatTensor<B>, FloatTensor<B>)
 #[derive(Debug)]
 struct LeanLayerNormBackward;
 
-#[cfg(test)]
-thread_local! {
-    /// Backward passes that added the input's gradient from its other uses: the tests'
-    /// witness.
-    pub(super) static PRIORS_ADDED: core::cell::Cell<usize> = const { core::cell::Cell::new(0) };
-}
-
 impl<B: LayerNormOps> Backward<B, 3> for LeanLayerNormBackward {
     type State = State<B>;
 
     fn backward(self, ops: Ops<Self::State, 3>, grads: &mut Gradients, _checkpointer: &mut Checkpointer) {
         let grad = grads.consume::<B>(&ops.node);
         let (x, gamma, mean, rstd) = ops.state;
-        // `Gradients` takes out a node's gradient by a tensor of that node: a stand-in
-        // holding `x` (no new node in any graph).
-        let prior = ops.parents[0].as_ref().and_then(|node| {
-            let mut key = Autodiff::<B>::from_inner(x.clone());
-            key.node = node.clone();
-            grads.remove::<B>(&key)
-        });
-        #[cfg(test)]
-        PRIORS_ADDED.with(|added| added.set(added.get() + usize::from(prior.is_some())));
-        let gradients = B::lean_layer_norm_backward(x, gamma, [mean, rstd], grad, prior);
+        let gradients = B::lean_layer_norm_backward(x, gamma, mean, rstd, grad);
         for (node, grad) in ops.parents.into_iter().zip(gradients) {
             if let Some(node) = node {
                 grads.register::<B>(node.id, grad);

@@ -85,21 +85,17 @@ where
     fn lean_layer_norm_backward(
         x: FloatTensor<Self>,
         gamma: FloatTensor<Self>,
-        [mean, rstd]: [FloatTensor<Self>; 2],
+        mean: FloatTensor<Self>,
+        rstd: FloatTensor<Self>,
         grad: FloatTensor<Self>,
-        prior: Option<FloatTensor<Self>>,
     ) -> [FloatTensor<Self>; 3] {
-        let prior_fits = prior.as_ref().is_none_or(|p| p.dtype == x.dtype && p.meta.shape() == x.meta.shape());
-        if !fits(&x, &gamma) || !prior_fits {
-            return composed_backward::<Self>(x, gamma, [mean, rstd], grad, prior);
+        if !fits(&x, &gamma) {
+            return composed_backward::<Self>(x, gamma, mean, rstd, grad);
         }
         let (dtype, shape) = (x.dtype, x.meta.shape().clone());
         let (rows, d) = rows(&x);
         let (client, device) = (x.client.clone(), x.device.clone());
         let [x, gamma, grad] = [x, gamma, grad].map(|t| contiguous_of(t, dtype));
-        let has_prior = prior.is_some();
-        // Without a prior gradient the kernel reads none; `grad` stands in for the binding.
-        let prior = prior.map_or_else(|| grad.clone(), |prior| contiguous_of(prior, dtype));
         let [mean, rstd] = [mean, rstd].map(|t| contiguous_of(t, DType::F32));
         let empty =
             |shape: Shape, dtype: DType| empty_device_contiguous_dtype(client.clone(), device.clone(), shape, dtype);
@@ -114,11 +110,9 @@ where
                 launch_layer_norm_backward::<R, E>(
                     &client,
                     [x.clone(), gamma, mean.clone(), rstd.clone(), grad.clone()].map(|t| t.into_tensor_arg()),
-                    prior.into_tensor_arg(),
                     dx.clone().into_tensor_arg(),
                     rows,
                     d,
-                    has_prior,
                 );
                 if blocks == 1 {
                     let sums = [dgamma.clone(), dbeta.clone()].map(|t| t.into_tensor_arg());

@@ -19,8 +19,7 @@ use crate::backend::custom_op::queue_custom;
 enum Pass {
     /// Inputs x, γ and maybe β; outputs y, mean, rstd.
     Forward { epsilon: f64 },
-    /// Inputs x, γ, mean, rstd, the output's gradient and maybe x's prior gradient;
-    /// outputs dx, dγ, dβ.
+    /// Inputs x, γ, mean, rstd and the output's gradient; outputs dx, dγ, dβ.
     Backward,
 }
 
@@ -42,7 +41,7 @@ impl<B: FusionBackend + LayerNormOps> Operation<B::FusionRuntime> for QueuedLaye
             }
             Pass::Backward => {
                 let (x, gamma, mean, rstd, grad) = (next(), next(), next(), next(), next());
-                B::lean_layer_norm_backward(x, gamma, [mean, rstd], grad, inputs.next())
+                B::lean_layer_norm_backward(x, gamma, mean, rstd, grad)
             }
         };
         for (ir, tensor) in self.desc.outputs.iter().zip(outputs) {
@@ -93,16 +92,14 @@ impl<B: FusionBackend + LayerNormOps> LayerNormOps for Fusion<B> {
     fn lean_layer_norm_backward(
         x: FloatTensor<Self>,
         gamma: FloatTensor<Self>,
-        [mean, rstd]: [FloatTensor<Self>; 2],
+        mean: FloatTensor<Self>,
+        rstd: FloatTensor<Self>,
         grad: FloatTensor<Self>,
-        prior: Option<FloatTensor<Self>>,
     ) -> [FloatTensor<Self>; 3] {
         // The gradients take the input's type, as the composed backward's do.
         let param = (gamma.shape.clone(), x.dtype);
         let outputs = [(x.shape.clone(), x.dtype), param.clone(), param];
-        let mut inputs = vec![x, gamma, mean, rstd, grad];
-        inputs.extend(prior);
-        queue::<B>(Pass::Backward, "leanburn_layer_norm_backward", inputs, outputs)
+        queue::<B>(Pass::Backward, "leanburn_layer_norm_backward", vec![x, gamma, mean, rstd, grad], outputs)
     }
 
     fn fused_layer_norm(dtype: DType) -> bool {

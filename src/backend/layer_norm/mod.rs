@@ -7,10 +7,8 @@
 //! walks all of them. [`LayerNormOps::lean_layer_norm`] on `Autodiff<B>` is one node: its
 //! forward ([`LayerNormOps::lean_layer_norm_forward`] on `B`) keeps the input, γ and the
 //! row statistics, and its backward ([`LayerNormOps::lean_layer_norm_backward`]) gives the
-//! input's, γ's and β's gradients, the input's with the gradient it already has from its
-//! other uses added (a pre-norm transformer's residual connection: in the same pass, where
-//! `Autodiff` would add the two after it). On the CubeCL backends (CUDA, wgpu; fused or
-//! not) they are `leanburn-kernels`' `layer_norm` kernels (one launch forward, two or three
+//! input's, γ's and β's gradients. On the CubeCL backends (CUDA, wgpu; fused or not) they
+//! are `leanburn-kernels`' `layer_norm` kernels (one launch forward, two or three
 //! backward). Where the backend has no kernel for the input's type
 //! ([`LayerNormOps::fused_layer_norm`] false: Flex, ndarray, other element types) the node
 //! would buy nothing, and `Autodiff` runs Burn's `layer_norm` as before; the composed
@@ -58,16 +56,15 @@ pub trait LayerNormOps: Backend {
     }
 
     /// `[dx, dgamma, dbeta]` given the output's gradient `grad` and the forward's `mean`
-    /// and `rstd`; `dx` plus `prior` where given (the gradient `x` has from its other uses,
-    /// of `x`'s shape and type).
+    /// and `rstd`.
     fn lean_layer_norm_backward(
         x: FloatTensor<Self>,
         gamma: FloatTensor<Self>,
-        [mean, rstd]: [FloatTensor<Self>; 2],
+        mean: FloatTensor<Self>,
+        rstd: FloatTensor<Self>,
         grad: FloatTensor<Self>,
-        prior: Option<FloatTensor<Self>>,
     ) -> [FloatTensor<Self>; 3] {
-        composed_backward::<Self>(x, gamma, [mean, rstd], grad, prior)
+        composed_backward::<Self>(x, gamma, mean, rstd, grad)
     }
 
     /// Whether the forward and backward above run leanburn's kernels for inputs of
@@ -105,11 +102,11 @@ impl<B: ChunkedConv + LayerNormOps> LayerNormOps for Lean<B> {
     fn lean_layer_norm_backward(
         x: FloatTensor<Self>,
         gamma: FloatTensor<Self>,
-        stats: [FloatTensor<Self>; 2],
+        mean: FloatTensor<Self>,
+        rstd: FloatTensor<Self>,
         grad: FloatTensor<Self>,
-        prior: Option<FloatTensor<Self>>,
     ) -> [FloatTensor<Self>; 3] {
-        B::lean_layer_norm_backward(x, gamma, stats, grad, prior)
+        B::lean_layer_norm_backward(x, gamma, mean, rstd, grad)
     }
 
     fn fused_layer_norm(dtype: DType) -> bool {
@@ -170,9 +167,9 @@ pub(crate) fn composed_forward<B: Backend>(
 pub(crate) fn composed_backward<B: Backend>(
     x: FloatTensor<B>,
     gamma: FloatTensor<B>,
-    [mean, rstd]: [FloatTensor<B>; 2],
+    mean: FloatTensor<B>,
+    rstd: FloatTensor<B>,
     grad: FloatTensor<B>,
-    prior: Option<FloatTensor<B>>,
 ) -> [FloatTensor<B>; 3] {
     let shape = x.shape();
     let x = rows_of::<B>(x);
@@ -187,12 +184,8 @@ pub(crate) fn composed_backward<B: Backend>(
     let dx = rstd * (g - mean_g - x_hat.clone() * mean_gx);
     let dgamma = (dy.clone() * x_hat).sum_dim(0).squeeze_dim::<1>(0);
     let dbeta = dy.sum_dim(0).squeeze_dim::<1>(0);
-    let dx = B::float_reshape(dx.into_primitive().tensor(), shape);
     [
-        match prior {
-            Some(prior) => B::float_add(dx, prior),
-            None => dx,
-        },
+        B::float_reshape(dx.into_primitive().tensor(), shape),
         dgamma.into_primitive().tensor(),
         dbeta.into_primitive().tensor(),
     ]
