@@ -2,8 +2,9 @@
 //!
 //! Burn 0.21's default `gelu` is the exact erf form, `x·Φ(x)`, but its default
 //! `gelu_backward` (`burn-backend`'s `ActivationOps`) is the derivative of the *tanh
-//! approximation*. Flex overrides both exactly; the CubeCL backends (CUDA, wgpu, fused or
-//! not) and ndarray keep the defaults, so under `Autodiff` they train on gradients of a
+//! approximation*. Flex overrides both exactly (leanburn's Flex path replaces both with one
+//! vectorised pass each, `flex.rs`); the CubeCL backends (CUDA, wgpu, fused or not) and
+//! ndarray keep the defaults, so under `Autodiff` they train on gradients of a
 //! function they do not compute (off by up to about 1e-3 per element;
 //! `tests/parity/gelu_derivative.rs` measures it against finite differences).
 //!
@@ -13,7 +14,8 @@
 //! as well, so Burn's `Gelu` is exact on `Autodiff<Lean<B>>`.
 //!
 //! The derivative itself is [`GeluOps::exact_gelu_backward`]: one pass where the backend
-//! has one (Flex's own exact `gelu_backward`; leanburn's kernel on the CubeCL backends,
+//! has one (leanburn's on Flex, for f32 in contiguous memory, else Flex's own exact
+//! `gelu_backward`; leanburn's kernel on the CubeCL backends,
 //! queued as one custom operation on Burn's fusion stacks), else [`gelu_derivative`]'s
 //! eleven element-wise ops. On the CubeCL backends the forward is leanburn's kernel too
 //! (Burn's composed `gelu` is five operations on the fusion stacks).
@@ -27,12 +29,12 @@
 
 mod autodiff;
 mod cube;
+mod flex;
 mod fused;
 mod lean;
 
-use burn::backend::{Flex, NdArray};
+use burn::backend::NdArray;
 use burn::tensor::{Tensor, TensorPrimitive};
-use burn_backend::ops::ActivationOps;
 use burn_backend::tensor::FloatTensor;
 use burn_backend::{Backend, Shape, TensorMetadata};
 
@@ -77,13 +79,6 @@ pub trait GeluOps: Backend {
     /// (the fused stacks and `Autodiff` ask their inner backend).
     fn gelu_kernel(_dtype: burn_backend::DType) -> bool {
         false
-    }
-}
-
-impl GeluOps for Flex {
-    /// Flex's own `gelu_backward`: the exact derivative in one pass.
-    fn exact_gelu_backward(x: FloatTensor<Self>, grad: FloatTensor<Self>) -> FloatTensor<Self> {
-        Flex::gelu_backward(x, grad)
     }
 }
 

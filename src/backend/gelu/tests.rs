@@ -1,8 +1,8 @@
 //! [`GeluOps::exact_gelu_backward`] runs one pass where the backend has one: leanburn's
-//! kernel on both wgpu stacks (queued as one custom operation on the fused one), Flex's own
-//! derivative; the unfused kernel and Flex's pass differ from the composed
-//! [`gelu_derivative`] in the last bits, and all agree with it within 1e-6. The control: on
-//! ndarray the op is the composed default, bit for bit. The same for the forward against
+//! kernel on both wgpu stacks (queued as one custom operation on the fused one), leanburn's
+//! vectorised pass on Flex (`flex.rs`); the unfused kernel and Flex's pass differ from the
+//! composed [`gelu_derivative`] in the last bits, and all agree with it within 1e-6. The
+//! control: on ndarray the op is the composed default, bit for bit. The same for the forward against
 //! Burn's `gelu`, and for [`bias_gelu`] (the bias added in the kernels) against the add and
 //! the composed ops, and for its graph node's gradients against the add's and GELU's
 //! nodes (the control: without the bias they are far off). (Against finite differences:
