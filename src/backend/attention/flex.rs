@@ -16,10 +16,18 @@ use burn_backend::{DType, TensorMetadata};
 use burn_flex::FlexTensor;
 use rayon::prelude::*;
 
-use super::{blocked, AttentionOps};
+use super::{blocked, flex_heads, packed, AttentionOps};
 use crate::backend::cpu_rows::{exp, exp_shifted_in_place, row_max};
 
 impl AttentionOps for Flex {
+    fn lean_heads_to_rows(parts: Vec<FloatTensor<Self>>, layout: [usize; 3]) -> FloatTensor<Self> {
+        flex_heads::heads_into_rows(&parts).unwrap_or_else(|| packed::rows_of_heads::<Self>(parts, layout))
+    }
+
+    fn lean_rows_to_heads(rows: FloatTensor<Self>, layout: [usize; 3]) -> FloatTensor<Self> {
+        flex_heads::rows_into_heads(&rows, layout).unwrap_or_else(|| packed::rows_to_heads::<Self>(rows, layout))
+    }
+
     fn lean_attention_block_softmax(
         scores: FloatTensor<Self>,
         diagonal: Option<usize>,

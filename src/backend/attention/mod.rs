@@ -27,6 +27,7 @@ mod autodiff;
 pub(crate) mod blocked;
 mod cube;
 mod flex;
+mod flex_heads;
 mod fused;
 mod packed;
 mod path;
@@ -122,6 +123,22 @@ pub trait AttentionOps: GemmOps {
         causal: bool,
     ) -> FloatTensor<Self> {
         packed::views_backward::<Self>(saved, grad, layout, causal)
+    }
+
+    /// Heads `[batch, heads, seq, head_dim]` (one or more parts of the same shape) side by
+    /// side in token rows `[batch · seq, parts · heads · head_dim]`: the packed attention's
+    /// output, and its three gradients packed as `qkv`. By default Burn's ops (one part's
+    /// heads swapped back into rows, more parts concatenated); on Flex one parallel copy.
+    fn lean_heads_to_rows(parts: Vec<FloatTensor<Self>>, layout: [usize; 3]) -> FloatTensor<Self> {
+        packed::rows_of_heads::<Self>(parts, layout)
+    }
+
+    /// Token rows `[batch · seq, heads · head_dim]` as heads `[batch, heads, seq,
+    /// head_dim]`: the packed attention's output and its gradient in its backward pass. By
+    /// default a view (the kernels and the blocks' GEMMs read strides); on Flex one parallel
+    /// copy into contiguous heads.
+    fn lean_rows_to_heads(rows: FloatTensor<Self>, layout: [usize; 3]) -> FloatTensor<Self> {
+        packed::rows_to_heads::<Self>(rows, layout)
     }
 
     /// The packed attention's forward pass in blocks on this backend's GEMMs: q, k and v
@@ -301,6 +318,14 @@ impl<B: ChunkedConv + AttentionOps> AttentionOps for Lean<B> {
             true => B::lean_attention_blocks_backward(saved, grad, layout, causal),
             false => packed::views_backward::<Self>(saved, grad, layout, causal),
         }
+    }
+
+    fn lean_heads_to_rows(parts: Vec<FloatTensor<Self>>, layout: [usize; 3]) -> FloatTensor<Self> {
+        B::lean_heads_to_rows(parts, layout)
+    }
+
+    fn lean_rows_to_heads(rows: FloatTensor<Self>, layout: [usize; 3]) -> FloatTensor<Self> {
+        B::lean_rows_to_heads(rows, layout)
     }
 
     fn lean_attention_blocks_forward(

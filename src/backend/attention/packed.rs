@@ -61,11 +61,12 @@ pub(crate) fn contiguous<B: Backend, const D: usize>(tensor: Tensor<B, D>) -> Te
 
 /// The packed `[batch · seq, 3 · d]` tensor of q, k and v heads `[batch, heads, seq,
 /// head_dim]` (their gradients, in the backward pass): one concatenation.
-pub(crate) fn pack_heads<B: Backend>(parts: [FloatTensor<B>; 3], [batch, seq, _]: [usize; 3]) -> FloatTensor<B> {
+pub(crate) fn pack_heads<B: Backend>(parts: Vec<FloatTensor<B>>, [batch, seq, _]: [usize; 3]) -> FloatTensor<B> {
     // `[batch, seq, heads, head_dim]` views side by side along the heads: each row of the
     // result is q's heads, then k's, then v's.
-    let rows = parts.map(|part| Tensor::<B, 4>::from_primitive(TensorPrimitive::Float(part)).swap_dims(1, 2));
-    let packed = Tensor::cat(rows.into(), 2);
+    let rows =
+        parts.into_iter().map(|part| Tensor::<B, 4>::from_primitive(TensorPrimitive::Float(part)).swap_dims(1, 2));
+    let packed = Tensor::cat(rows.collect(), 2);
     let width = packed.dims()[2] * packed.dims()[3];
     packed.reshape([batch * seq, width]).into_primitive().tensor()
 }
@@ -85,9 +86,18 @@ pub(crate) fn heads_to_rows<B: Backend>(heads: FloatTensor<B>) -> FloatTensor<B>
     heads.swap_dims(1, 2).reshape([batch * seq, count * head_dim]).into_primitive().tensor()
 }
 
+/// [`AttentionOps::lean_heads_to_rows`] by default: one part's heads swapped back into
+/// rows ([`heads_to_rows`]), more parts concatenated ([`pack_heads`]).
+pub(crate) fn rows_of_heads<B: Backend>(mut parts: Vec<FloatTensor<B>>, layout: [usize; 3]) -> FloatTensor<B> {
+    match parts.len() {
+        1 => heads_to_rows::<B>(parts.pop().expect("one part")),
+        _ => pack_heads::<B>(parts, layout),
+    }
+}
+
 /// Token rows `[batch · seq, heads · head_dim]` as heads `[batch, heads, seq, head_dim]`
 /// (a view).
-fn rows_to_heads<B: Backend>(rows: FloatTensor<B>, [batch, seq, heads]: [usize; 3]) -> FloatTensor<B> {
+pub(crate) fn rows_to_heads<B: Backend>(rows: FloatTensor<B>, [batch, seq, heads]: [usize; 3]) -> FloatTensor<B> {
     let rows = Tensor::<B, 2>::from_primitive(TensorPrimitive::Float(rows));
     let head_dim = rows.dims()[1] / heads.max(1);
     rows.reshape([batch, seq, heads, head_dim]).swap_dims(1, 2).into_primitive().tensor()
@@ -102,21 +112,23 @@ pub(crate) fn views_forward<B: AttentionOps>(
 ) -> (PackedSaved<B>, FloatTensor<B>) {
     let [query, key, value] = split_heads::<B>(qkv, layout);
     let (output, lse) = B::lean_attention_forward(query.clone(), key.clone(), value.clone(), causal);
-    let rows = heads_to_rows::<B>(output);
+    let rows = B::lean_heads_to_rows(vec![output], layout);
     ([query, key, value, rows.clone(), lse], rows)
 }
 
 /// [`AttentionOps::lean_attention_packed_backward`] by default: `B`'s backward pass, the
-/// output and its gradient in token rows viewed as heads (the kernels and the blocks read
-/// them by their strides), its three gradients packed as `qkv`.
+/// output and its gradient in token rows as heads ([`AttentionOps::lean_rows_to_heads`]:
+/// views the kernels and the blocks read by their strides; copies on Flex), its three
+/// gradients packed as `qkv` ([`AttentionOps::lean_heads_to_rows`]).
 pub(crate) fn views_backward<B: AttentionOps>(
     [query, key, value, output, lse]: PackedSaved<B>,
     grad: FloatTensor<B>,
     layout: [usize; 3],
     causal: bool,
 ) -> FloatTensor<B> {
-    let [output, grad] = [output, grad].map(|rows| rows_to_heads::<B>(rows, layout));
-    pack_heads::<B>(B::lean_attention_backward(query, key, value, output, lse, grad, causal), layout)
+    let [output, grad] = [output, grad].map(|rows| B::lean_rows_to_heads(rows, layout));
+    let gradients = B::lean_attention_backward(query, key, value, output, lse, grad, causal);
+    B::lean_heads_to_rows(gradients.into(), layout)
 }
 
 /// [`AttentionOps::lean_attention_blocks_forward`] by default: q, k and v copied contiguous
@@ -147,7 +159,7 @@ pub(crate) fn blocks_backward<B: AttentionOps>(
     let grad = Tensor::<B, 4>::from_primitive(TensorPrimitive::Float(rows_to_heads::<B>(grad, layout)));
     let grad = contiguous(grad).into_primitive().tensor();
     let gradients = blocked::backward_within_workspace::<B>(query, key, value, output, lse, grad, causal);
-    pack_heads::<B>(gradients, layout)
+    pack_heads::<B>(gradients.into(), layout)
 }
 
 /// [`AttentionOps::lean_attention_packed`] on tensors: `qkv` `[batch · seq, 3 · d]` (rows
