@@ -6,7 +6,8 @@
 # their tests one at a time, mostly compiling kernels on one core; they run in the `device`
 # lane while every other test target (unit tests, the other integration tests, of every
 # workspace member) runs in the `suite` lane, followed by the doc tests and the lints
-# (`cargo clippy --workspace --all-targets -- -D warnings`), which so run beside the device
+# (`cargo clippy --workspace --all-targets -- -D warnings`, then `cargo doc --workspace
+# --no-deps` with rustdoc's warnings as errors), which so run beside the device
 # lane's last minutes, when its one long binary leaves part of a core idle, instead of
 # before both lanes: clippy checks every dependency anew (a build's artifacts are not a
 # check's). Every line is tagged with its lane (`[device] `, `[suite] `, `[doc] `,
@@ -91,6 +92,7 @@ lane() {
 # The lints, tagged like a lane; sets clippy_status.
 lints() {
   clippy_status=0
+  rustdoc_status=0
   cargo clippy --version >/dev/null 2>&1 || timeout 120 rustup component add clippy >/dev/null 2>&1
   if ! cargo clippy --version >/dev/null 2>&1; then
     echo "test.sh: clippy is not installed (rustup component add clippy); lints not checked" >&2
@@ -101,6 +103,12 @@ lints() {
   clippy_status=${PIPESTATUS[0]}
   ((clippy_status == 0)) || echo "test.sh: clippy found warnings" >&2
   echo "test.sh: clippy took $((SECONDS - start)) s"
+  # The API docs (`cargo doc`): no broken or private intra-doc links in what users read.
+  start=$SECONDS
+  RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps 2>&1 | sed -u "s/^/[lint] /"
+  rustdoc_status=${PIPESTATUS[0]}
+  ((rustdoc_status == 0)) || echo "test.sh: rustdoc found warnings (RUSTDOCFLAGS=\"-D warnings\" cargo doc --workspace --no-deps)" >&2
+  echo "test.sh: rustdoc took $((SECONDS - start)) s"
 }
 
 lane device "${device_args[@]}" "${device_extra[@]}" &
@@ -121,5 +129,5 @@ if ((timed)); then
     sort -rn | head -n "$LEANBURN_TEST_TIMES" | awk '{ printf "test.sh: %8.1f  %s\n", $1, substr($0, index($0, " ") + 1) }'
 fi
 
-echo "test.sh: exit status fmt ${fmt_status}, clippy ${clippy_status}, device ${device_status}, suite ${suite_status}, doc ${doc_status}"
-[ "$fmt_status" -eq 0 ] && [ "$clippy_status" -eq 0 ] && [ "$device_status" -eq 0 ] && [ "$suite_status" -eq 0 ] && [ "$doc_status" -eq 0 ]
+echo "test.sh: exit status fmt ${fmt_status}, clippy ${clippy_status}, rustdoc ${rustdoc_status}, device ${device_status}, suite ${suite_status}, doc ${doc_status}"
+[ "$fmt_status" -eq 0 ] && [ "$clippy_status" -eq 0 ] && [ "$rustdoc_status" -eq 0 ] && [ "$device_status" -eq 0 ] && [ "$suite_status" -eq 0 ] && [ "$doc_status" -eq 0 ]

@@ -101,9 +101,9 @@ const GROUP_UNITS: usize = 256;
 /// vector per unit, 1.4× with four (45 against 33 ms), and with sixteen both took 63 ms.
 const GROUP_TILE: usize = GROUP_UNITS * 4;
 
-/// [`adamw_kernel`] over a group of parameters, writing each parameter and its moments
+/// [`adamw_kernel()`] over a group of parameters, writing each parameter and its moments
 /// over themselves: member `i`'s `vectors[i]` vectors are updated by the cubes
-/// `first_cube[i] .. first_cube[i + 1]`, [`GROUP_TILE`] vectors each, neighbouring units
+/// `first_cube[i] .. first_cube[i + 1]`, `GROUP_TILE` vectors each, neighbouring units
 /// on neighbouring vectors (see `tensor_group`). Each unit reads its vectors of the three
 /// before it writes them, and no unit reads another's.
 #[cube(launch_unchecked)]

@@ -58,7 +58,7 @@ pub fn gelu_kernel<F: Float, N: Size>(
 }
 
 /// One unit per vector of `N` elements: `grad_x = grad · gelu′(x [+ bias])`, the bias as
-/// in [`gelu_kernel`]; `grad_x` is also the bias-added input's gradient.
+/// in [`gelu_kernel()`]; `grad_x` is also the bias-added input's gradient.
 #[cube(launch_unchecked)]
 #[allow(clippy::too_many_arguments)]
 pub fn gelu_backward_kernel<F: Float, N: Size>(
@@ -85,7 +85,7 @@ pub fn gelu_backward_kernel<F: Float, N: Size>(
     grad_x[at] = out;
 }
 
-/// Runs [`gelu_kernel`] over `len` elements of `F`.
+/// Runs [`gelu_kernel()`] over `len` elements of `F`.
 ///
 /// # Safety
 /// `x` and `y` contiguous with `len` elements of `F` each, `y` not sharing a buffer with
@@ -114,7 +114,7 @@ pub unsafe fn launch_gelu<R: Runtime, F: Float + CubeElement>(
     );
 }
 
-/// Runs [`gelu_backward_kernel`] over `len` elements of `F`.
+/// Runs [`gelu_backward_kernel()`] over `len` elements of `F`.
 ///
 /// # Safety
 /// `x`, `grad` and `grad_x` contiguous with `len` elements of `F` each, `grad_x` not

@@ -36,7 +36,7 @@ pub fn residual_add_kernel<F: Float, N: Size>(
     sum[at] = out;
 }
 
-/// Runs [`residual_add_kernel`] over `len` elements of `F`: `sum += residual [+ bias]`.
+/// Runs [`residual_add_kernel()`] over `len` elements of `F`: `sum += residual [+ bias]`.
 ///
 /// # Safety
 /// `sum` and `residual` contiguous with `len` elements of `F` each, not sharing a buffer;

@@ -111,7 +111,7 @@ pub enum KernelCacheError {
 }
 
 /// Keeps autotune results and compiled kernels under `cache`'s directory (see the
-/// [module docs](self)). A `cubecl.toml` or `burn.toml` in the working directory or a
+/// module docs (`src/device/kernel_cache.rs`)). A `cubecl.toml` or `burn.toml` in the working directory or a
 /// parent, which CubeCL would read, wins: nothing is changed then. CubeCL's environment
 /// overrides (`CUBECL_AUTOTUNE_LEVEL`, `CUBECL_DEBUG_LOG`) still apply.
 ///

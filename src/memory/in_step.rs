@@ -47,7 +47,7 @@ struct Peaks {
     readings: AtomicU64,
 }
 
-/// A thread reading the pool every `period` while steps run (see the [module docs](self)).
+/// A thread reading the pool every `period` while steps run (see the module docs (`src/memory/in_step.rs`)).
 /// Stopped when dropped.
 pub struct InStepPeak {
     peaks: Arc<Peaks>,

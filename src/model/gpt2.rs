@@ -216,7 +216,7 @@ impl Gpt2Config {
     }
 }
 
-/// GPT-2; see the [module docs](self).
+/// GPT-2; see the module docs (`src/model/gpt2.rs`).
 #[derive(Module, Debug)]
 pub struct Gpt2<B: Backend> {
     token_embedding: Embedding<B>,

@@ -49,7 +49,7 @@ pub enum LossChunkDevice {
 }
 
 /// The default loss chunk for `batch × seq` tokens of `config` at `elem_bytes` per float
-/// with `attention`, on `device` (see the [module docs](self)); `None` is the full logits.
+/// with `attention`, on `device` (see the module docs (`src/model/gpt2_loss_chunk.rs`)); `None` is the full logits.
 pub fn default_loss_chunk(
     config: &Gpt2Config,
     batch: usize,

@@ -58,7 +58,7 @@ use crate::memory::format_bytes;
 /// precision.
 const MASTER: u64 = 4;
 
-/// Estimated device bytes of one GPT-2 training step; see the [module docs](self).
+/// Estimated device bytes of one GPT-2 training step; see the module docs (`src/model/gpt2_memory.rs`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Gpt2MemoryEstimate {
     /// Weights.
@@ -218,7 +218,7 @@ impl PoolPages {
     }
 }
 
-/// What a CubeCL device pool reserves for GPT-2 training; see the [module docs](self).
+/// What a CubeCL device pool reserves for GPT-2 training; see the module docs (`src/model/gpt2_memory.rs`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Gpt2PoolReserve {
     /// Buffers of exactly a weight's size: weights, gradients, moments, the update's.

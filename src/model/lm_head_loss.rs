@@ -40,7 +40,7 @@ pub fn chunked_lm_head_loss<B: LmHeadLossOps>(
 }
 
 /// The same loss as [`chunked_lm_head_loss`] with gradients computed chunk by chunk in the
-/// forward pass; see the [module docs](self). `hidden` and `weight` must be tracked tensors
+/// forward pass; see the module docs (`src/model/lm_head_loss.rs`). `hidden` and `weight` must be tracked tensors
 /// for their gradients to flow.
 ///
 /// # Panics

@@ -30,7 +30,7 @@ use super::update::update_all;
 use crate::backend::{AdamWStep, OptimizerOps};
 
 /// AdamW (Loshchilov and Hutter) with Burn's numerics, updating each parameter in one op;
-/// see the [module docs](self).
+/// see the module docs (`src/optim/adamw.rs`).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct FusedAdamW {
     beta_1: f32,
@@ -109,7 +109,7 @@ impl<B: OptimizerOps> SimpleOptimizer<B> for FusedAdamW {
 pub type AdamWRecords<B> = HashMap<ParamId, AdaptorRecord<FusedAdamW, B>>;
 
 /// Gradient clipping by the global norm, then [`FusedAdamW`], the clipping's factor passed
-/// into each update; see the [module docs](self).
+/// into each update; see the module docs (`src/optim/adamw.rs`).
 #[derive(Clone)]
 pub struct ClippedAdamW<B: AutodiffBackend>
 where

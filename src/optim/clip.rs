@@ -27,7 +27,7 @@ use burn_backend::tensor::FloatTensor;
 use crate::backend::OptimizerOps;
 
 /// A Burn [`Optimizer`] whose gradients are first clipped by their global norm; see the
-/// [module docs](self).
+/// module docs (`src/optim/clip.rs`).
 #[derive(Clone, Debug)]
 pub struct GlobalNormClipping<O> {
     inner: O,

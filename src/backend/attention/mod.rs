@@ -69,7 +69,7 @@ pub fn set_attention_workspace(bytes: usize) {
     WORKSPACE.store(bytes.max(1), Ordering::Relaxed);
 }
 
-/// A backend with leanburn's attention; see the [module docs](self). Its products in
+/// A backend with leanburn's attention; see the module docs (`src/backend/attention/mod.rs`). Its products in
 /// blocks are the backend's GEMMs.
 pub trait AttentionOps: GemmOps {
     /// softmax(QKᵀ/√d)·V over `[batch, heads, seq, head_dim]` tensors, causal (each query

@@ -45,7 +45,7 @@ const FRAC_1_SQRT_2: f64 = std::f64::consts::FRAC_1_SQRT_2;
 /// 1/√(2π), the standard normal density at 0.
 const FRAC_1_SQRT_2PI: f64 = 0.398_942_280_401_432_7;
 
-/// A backend whose GELU trains with the exact derivative; see the [module docs](self).
+/// A backend whose GELU trains with the exact derivative; see the module docs (`src/backend/gelu/mod.rs`).
 pub trait GeluOps: Backend {
     /// GELU, `x·Φ(x)` with `Φ` the standard normal CDF (the erf form): by default the
     /// backend's own `gelu`, on the CubeCL backends leanburn's kernel; under `Autodiff` its

@@ -39,7 +39,7 @@ use burn_backend::{Backend, Shape, TensorMetadata};
 
 use super::switch::{env_is, Switch};
 
-/// A backend whose float matmul may run on the vendor's GEMM; see the [module docs](self).
+/// A backend whose float matmul may run on the vendor's GEMM; see the module docs (`src/backend/gemm/mod.rs`).
 pub trait GemmOps: Backend {
     /// Whether [`Self::gemm`] on `device` runs the vendor's library (cuBLASLt) rather than
     /// [`float_matmul`](burn_backend::ops::FloatTensorOps::float_matmul).

@@ -32,7 +32,7 @@ use burn_backend::{Backend, DType, TensorMetadata};
 use super::conv::ChunkedConv;
 use super::Lean;
 
-/// A backend with leanburn's LayerNorm; see the [module docs](self).
+/// A backend with leanburn's LayerNorm; see the module docs (`src/backend/layer_norm/mod.rs`).
 pub trait LayerNormOps: Backend {
     /// `(x − μ)/√(σ² + ε)·γ + β` over the last dimension of `x` (γ and β of its size).
     fn lean_layer_norm(

@@ -35,7 +35,7 @@ pub struct LinearGrads<B: burn_backend::Backend> {
     pub bias: Option<FloatTensor<B>>,
 }
 
-/// A backend whose linear layer's backward pass is one op; see the [module docs](self).
+/// A backend whose linear layer's backward pass is one op; see the module docs (`src/backend/linear/mod.rs`).
 pub trait LinearOps: GemmOps {
     /// `x · weight [+ bias]` (`x` `[..., d_in]`, `weight` `[d_in, d_out]`, `bias` `[d_out]`):
     /// Burn's `linear`; under `Autodiff` one node whose backward is [`Self::linear_grads`].

@@ -33,7 +33,7 @@ use super::conv::ChunkedConv;
 use super::gemm::{gemm, gemm_accumulate, GemmOps};
 use super::Lean;
 
-/// A backend with the LM head's loss and gradients as one op; see the [module docs](self).
+/// A backend with the LM head's loss and gradients as one op; see the module docs (`src/backend/lm_head_loss/mod.rs`).
 pub trait LmHeadLossOps: GemmOps {
     /// The mean cross-entropy of `hidden · weightᵀ` (`hidden` `[tokens, d]`, `weight`
     /// `[vocab, d]`) against `targets` (`[tokens]`, ids below `vocab`), with at most `chunk`

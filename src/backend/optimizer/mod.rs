@@ -86,7 +86,7 @@ impl<B: ChunkedConv> AdamWParam<Lean<B>> {
     }
 }
 
-/// A backend with AdamW's update as one op; see the [module docs](self).
+/// A backend with AdamW's update as one op; see the module docs (`src/backend/optimizer/mod.rs`).
 pub trait OptimizerOps: Backend {
     /// The parameter and its two moments after one step, `[param', m', v']`, from the
     /// parameter, its gradient and the moments before it (zeros before the first step), all

@@ -26,7 +26,7 @@ use burn_backend::{DType, Shape};
 use super::gemm::{self, GemmOps};
 use super::linear::LinearOps;
 
-/// A backend whose residual add after a linear layer is one op; see the [module docs](self).
+/// A backend whose residual add after a linear layer is one op; see the module docs (`src/backend/residual/mod.rs`).
 pub trait ResidualOps: LinearOps {
     /// `residual + x · weight [+ bias]`: `x` `[..., d_in]`, `weight` `[d_in, d_out]`, `bias`
     /// `[d_out]`, `residual` of the product's shape. By default the linear layer (on
