@@ -13,13 +13,15 @@
 //! cases are counted apart). The control: the reference with its columns rotated by one,
 //! what an off-by-one leading dimension would give, must fail the same check.
 
+use burn::module::AutodiffModule;
 use burn::tensor::backend::Backend;
 use burn::tensor::{Distribution, ElementConversion, FloatDType, Tensor, TensorPrimitive};
 use leanburn::backend::{
     gemm_fused_adds, gemm_order, set_f32_gemm, set_gemm_fused_adds, set_gemm_order, set_vendor_gemm, vendor_gemm,
     F32Gemm, GemmOps, GemmOrder,
 };
-use leanburn::model::Gpt2Config;
+use leanburn::data::HostBatch;
+use leanburn::model::{Gpt2, Gpt2Config};
 use leanburn::trainer::ForwardLoss;
 use leanburn::TrainBackend;
 use rand::rngs::SmallRng;
@@ -71,6 +73,9 @@ pub fn run<B: TrainBackend>(args: &Args, config: &Gpt2Config, seq: usize, device
     set_f32_gemm(F32Gemm::Tf32);
     if let Err(step) = gpt2_step::<B>(args, config, seq, device) {
         failures.push(step);
+    }
+    if let Err(pass) = gpt2_forward_only::<B>(args, config, seq, device) {
+        failures.push(pass);
     }
     set_vendor_gemm(true);
     if failures.is_empty() {
@@ -363,6 +368,18 @@ fn error(out: &[f64], reference: &[(f64, f64)]) -> f64 {
         .fold(0.0, f64::max)
 }
 
+/// The bench's model and batch, and another seed's batch (the checks' control).
+fn model_and_batches<B: TrainBackend>(
+    args: &Args,
+    config: &Gpt2Config,
+    seq: usize,
+    device: &B::Device,
+) -> (Gpt2<B>, HostBatch, HostBatch) {
+    let (model, _, batch) = super::training::<B>(args, config, seq, device);
+    let (_, _, other) = super::training::<B>(&Args { seed: args.seed + 1, ..args.clone() }, config, seq, device);
+    (model, batch, other)
+}
+
 /// One GPT-2 step's loss and gradients with the vendor's GEMM and with the backend's own
 /// (both round f32 products to TF32 on CUDA, in different orders: each gradient within 2e-2 of
 /// its norm, the loss within 1e-3); the control: the gradients of another batch, which must differ more.
@@ -372,9 +389,8 @@ fn gpt2_step<B: TrainBackend>(
     seq: usize,
     device: &B::Device,
 ) -> Result<(), &'static str> {
-    let (model, _, host) = super::training::<B>(args, config, seq, device);
-    let (_, _, other) = super::training::<B>(&Args { seed: args.seed + 1, ..args.clone() }, config, seq, device);
-    let run = |vendor: bool, batch: &leanburn::data::HostBatch| {
+    let (model, host, other) = model_and_batches::<B>(args, config, seq, device);
+    let run = |vendor: bool, batch: &HostBatch| {
         set_vendor_gemm(vendor);
         let loss = model.clone().forward_loss(batch.to_device::<B>(device));
         let value = loss.clone().into_scalar().elem::<f64>();
@@ -426,6 +442,42 @@ fn gpt2_step<B: TrainBackend>(
         if passed { "pass" } else { "FAIL" }
     );
     passed.then_some(()).ok_or("the GPT-2 step")
+}
+
+/// One GPT-2 forward-only pass (an evaluation's: `model.valid()`, no autodiff), whose
+/// attention runs the training step's blocks where the GEMMs are the vendor's and Burn's
+/// attention op where they are not: the last layer's hidden states with the vendor's GEMM
+/// within 1e-2 (relative norm, as the step's gradients' 2e-2) of those without it and of
+/// the training step's forward pass; the control: another batch's, which must differ more.
+fn gpt2_forward_only<B: TrainBackend>(
+    args: &Args,
+    config: &Gpt2Config,
+    seq: usize,
+    device: &B::Device,
+) -> Result<(), &'static str> {
+    let (model, host_batch, other) = model_and_batches::<B>(args, config, seq, device);
+    let valid = model.valid();
+    let forward_only = |vendor: bool, batch: &HostBatch| {
+        set_vendor_gemm(vendor);
+        host(&valid.hidden(batch.to_device::<B::InnerBackend>(device).inputs))
+    };
+    let (with, without) = (forward_only(true, &host_batch), forward_only(false, &host_batch));
+    let control = forward_only(true, &other);
+    set_vendor_gemm(true);
+    let training = host(&model.hidden(host_batch.to_device::<B>(device).inputs));
+    let gap = |a: &[f64], b: &[f64]| norm_of_difference(a, b) / norm(b).max(f64::MIN_POSITIVE);
+    let [without_gap, training_gap, control_gap] = [gap(&with, &without), gap(&with, &training), gap(&control, &with)];
+    let passed = without_gap <= 1e-2 && training_gap <= 1e-2 && control_gap > 1e-2;
+    eprintln!(
+        "gemm-check GPT-2 forward only ({}, batch {} × {seq}): hidden states with the vendor's GEMM (the training \
+         step's attention blocks) against without (Burn's attention) {without_gap:.1e}, against the training step's \
+         forward {training_gap:.1e} (‖a − b‖/‖b‖, tolerance 1e-2 each); another batch's {control_gap:.1e} (the \
+         control) — {}",
+        args.preset,
+        args.batch,
+        if passed { "pass" } else { "FAIL" }
+    );
+    passed.then_some(()).ok_or("the GPT-2 forward-only pass")
 }
 
 fn host_1d<B: Backend>(tensor: &Tensor<B, 1>) -> Vec<f64> {

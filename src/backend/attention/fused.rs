@@ -127,17 +127,25 @@ impl<B: FusionBackend> QueuedAttention<B> {
         handles: &mut HandleContainer<<B::FusionRuntime as FusionRuntime>::FusionHandle>,
         tensors: [FloatTensor<B>; N],
     ) {
-        #[cfg(test)]
-        BLOCKS_QUEUED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         for (ir, tensor) in self.desc.outputs.iter().zip(tensors) {
             handles.register_float_tensor::<B>(&ir.id, tensor);
         }
     }
 }
 
-/// Passes of the packed attention in blocks executed as queued operations, for the tests.
 #[cfg(test)]
-pub(super) static BLOCKS_QUEUED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+thread_local! {
+    /// The attention's operations queued on this thread so far, by name (for the tests:
+    /// what one test queued while others run).
+    pub(super) static QUEUED: std::cell::RefCell<std::collections::HashMap<&'static str, usize>> =
+        std::cell::RefCell::default();
+}
+
+/// How many operations named `name` this thread has queued (tests).
+#[cfg(test)]
+pub(super) fn queued_here(name: &str) -> usize {
+    QUEUED.with(|queued| queued.borrow().get(name).copied().unwrap_or(0))
+}
 
 /// Queues `pass` with `inputs`, producing tensors of `outputs` (shape, type).
 fn queue<B: FusionBackend + AttentionOps, const N: usize>(
@@ -146,6 +154,8 @@ fn queue<B: FusionBackend + AttentionOps, const N: usize>(
     inputs: Vec<FloatTensor<Fusion<B>>>,
     outputs: [(Shape, DType); N],
 ) -> [FloatTensor<Fusion<B>>; N] {
+    #[cfg(test)]
+    QUEUED.with(|queued| *queued.borrow_mut().entry(name).or_default() += 1);
     queue_custom::<B, _, N>(name, inputs, outputs, |desc| QueuedAttention::<B> { desc, pass, _backend: PhantomData })
 }
 

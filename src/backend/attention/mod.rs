@@ -17,8 +17,11 @@
 //! those blocks' products are its GEMMs (cuBLASLt on CUDA), and [`AttentionPath::Gemm`]
 //! takes them even where `B` has kernels; GPT-2's packed attention then runs each pass on
 //! `B` ([`AttentionOps::lean_attention_blocks_forward`]), which the fused stacks queue as
-//! one operation. On a backend without
-//! autodiff `lean_attention` is Burn's own `attention` (flash where the backend has it).
+//! one operation. On a backend without autodiff `lean_attention` is Burn's own
+//! `attention` (flash where the backend has it), except on `Lean<B>` where the training
+//! step's attention runs in blocks on the vendor's GEMM: there forward-only passes run the
+//! same blocks, so that Burn's attention (and CubeCL's matmul under it) is neither compiled
+//! nor autotuned before the first step.
 //!
 //! Use [`lean_attention`] in a model whose backend implements [`AttentionOps`]: every
 //! backend leanburn runs (Flex, NdArray, CubeCL, Fusion, `Lean`) and `Autodiff` over them.
@@ -271,21 +274,41 @@ fn blocks_on_vendor_gemm<B: AttentionOps>(device: &B::Device, dtype: DType, head
     B::vendor_gemm(device) && !(attention_path(true) == AttentionPath::Kernels && B::fused_attention(dtype, head_dim))
 }
 
+/// [`blocks_on_vendor_gemm`] for GPT-2's packed projection `qkv` `[batch · seq, 3 · heads
+/// · head_dim]` (`[batch, seq, heads]` in `layout`).
+fn packed_blocks_on_vendor_gemm<B: AttentionOps>(qkv: &FloatTensor<B>, layout: [usize; 3]) -> bool {
+    let head_dim = qkv.shape().dims::<2>()[1] / 3 / layout[2].max(1);
+    blocks_on_vendor_gemm::<B>(&B::float_device(qkv), qkv.dtype(), head_dim)
+}
+
 /// `B`'s fused kernels, or blocks on `Lean`'s GEMMs: see [`AttentionPath`].
 impl<B: ChunkedConv + AttentionOps> AttentionOps for Lean<B> {
+    /// Without autodiff (evaluation, predict and selection passes): where a training
+    /// step's attention runs in blocks on the vendor's GEMM, the same blocks' forward pass,
+    /// so that Burn's attention (its products CubeCL's autotuned matmul) is neither
+    /// compiled nor tuned before the first step; elsewhere `B`'s (Burn's attention op).
     fn lean_attention(
         query: FloatTensor<Self>,
         key: FloatTensor<Self>,
         value: FloatTensor<Self>,
         causal: bool,
     ) -> FloatTensor<Self> {
-        B::lean_attention(query, key, value, causal)
+        let head_dim = query.shape().dims::<4>()[3];
+        match blocks_on_vendor_gemm::<B>(&B::float_device(&query), query.dtype(), head_dim) {
+            true => blocked::forward_within_workspace::<Self>(query, key, value, causal).0,
+            false => B::lean_attention(query, key, value, causal),
+        }
     }
 
-    /// Without autodiff `lean_attention` is `B`'s (Burn's attention op), which reads the
-    /// views: no copy.
+    /// Without autodiff, as [`lean_attention`](Self::lean_attention): the training step's
+    /// blocks forward (one queued operation on the fused stacks; what it saves for a
+    /// backward pass is dropped) where those run on the vendor's GEMM, else `B`'s, which
+    /// reads the views: no copy.
     fn lean_attention_packed(qkv: FloatTensor<Self>, layout: [usize; 3], causal: bool) -> FloatTensor<Self> {
-        B::lean_attention_packed(qkv, layout, causal)
+        match packed_blocks_on_vendor_gemm::<B>(&qkv, layout) {
+            true => B::lean_attention_blocks_forward(qkv, layout, causal).1,
+            false => B::lean_attention_packed(qkv, layout, causal),
+        }
     }
 
     /// In blocks on `B`'s ops where their products are the vendor's GEMM (on the fused
@@ -296,8 +319,7 @@ impl<B: ChunkedConv + AttentionOps> AttentionOps for Lean<B> {
         layout: [usize; 3],
         causal: bool,
     ) -> ([FloatTensor<Self>; 5], FloatTensor<Self>) {
-        let head_dim = qkv.shape().dims::<2>()[1] / 3 / layout[2].max(1);
-        match blocks_on_vendor_gemm::<B>(&B::float_device(&qkv), qkv.dtype(), head_dim) {
+        match packed_blocks_on_vendor_gemm::<B>(&qkv, layout) {
             true => B::lean_attention_blocks_forward(qkv, layout, causal),
             false => packed::views_forward::<Self>(qkv, layout, causal),
         }

@@ -191,13 +191,13 @@ pub fn lean_attention_packed<B: AttentionOps>(
 mod tests {
     use burn::backend::{Autodiff, Flex, Wgpu};
     use burn::tensor::backend::{AutodiffBackend, Backend};
+    use burn::tensor::module::attention;
+    use burn::tensor::ops::AttentionModuleOptions;
     use burn::tensor::{Tensor, TensorData};
     use rand::rngs::SmallRng;
     use rand::{Rng, SeedableRng};
 
-    use std::sync::atomic::Ordering;
-
-    use super::super::fused::BLOCKS_QUEUED;
+    use super::super::fused::queued_here;
     use super::{lean_attention_packed, split_packed_heads};
     use crate::backend::gemm::tests::{COPIES_HERE, QUEUE_GEMM, VENDOR_LAYOUTS};
     use crate::backend::{lean_attention, AttentionOps, Lean};
@@ -314,8 +314,8 @@ mod tests {
     }
 
     /// The same on the fused stack with its GEMMs queued as on CUDA, where each pass of the
-    /// packed attention is one queued operation that the inner backend runs (counted: the
-    /// forward and the backward; no other test queues them): the output and gradient
+    /// packed attention is one queued operation that the inner backend runs (counted on
+    /// this thread: the forward and the backward): the output and gradient
     /// equal, within 1e-5, the three head views into `lean_attention` (whose blocks run on
     /// the fusion stream's own operations) and the packed attention without queued GEMMs
     /// (wgpu's fused kernels). The controls: neither of those two queues a pass.
@@ -323,7 +323,8 @@ mod tests {
     fn packed_heads_on_the_queued_stack_equal_the_views() {
         type B = Autodiff<Lean<Wgpu>>;
         let shape = [2, 7, 2, 8];
-        let queued = || BLOCKS_QUEUED.load(Ordering::Relaxed);
+        let queued =
+            || queued_here("leanburn_attention_blocks_forward") + queued_here("leanburn_attention_blocks_backward");
         QUEUE_GEMM.with(|queue| queue.set(true));
         let start = queued();
         let (packed, _) = run_in_rows::<B>(shape, true);
@@ -336,6 +337,49 @@ mod tests {
         assert_eq!(control_passes, 0, "the controls queued the packed attention's passes");
         assert_close(&packed, &views);
         assert_close(&packed, &kernels);
+    }
+
+    /// Forward only (no autodiff: evaluation, predict and selection passes), where a
+    /// training step's attention runs in blocks on the vendor's GEMM (here queued as on
+    /// CUDA), the packed attention is that step's blocks forward, one queued operation, and
+    /// the four-dimensional `lean_attention` the blocks on `Lean`'s GEMMs (a queued block
+    /// softmax each): both within 1e-5 of Burn's attention over the same heads. Without
+    /// queued GEMMs (wgpu's default) neither queues anything: Burn's attention runs, as
+    /// before. The comparison's control: Burn's attention without the mask is far off.
+    #[test]
+    fn forward_only_passes_run_the_training_steps_blocks_where_the_gemms_are_the_vendors() {
+        type B = Lean<Wgpu>;
+        let [batch, seq, heads, head_dim] = [2, 11, 3, 8];
+        let qkv = random::<B, 2>(&mut SmallRng::seed_from_u64(0xf0), [batch * seq, 3 * heads * head_dim]);
+        let burns = |causal: bool| {
+            let [q, k, v] = split_packed_heads(qkv.clone(), [batch, seq, heads]);
+            let options = AttentionModuleOptions { is_causal: causal, ..Default::default() };
+            let output = attention(q, k, v, None, None, options);
+            output.swap_dims(1, 2).reshape([batch * seq, heads * head_dim]).into_data().to_vec::<f32>().unwrap()
+        };
+        let names = ["leanburn_attention_blocks_forward", "leanburn_attention_block_softmax"];
+        let forward_only = |queue: bool| {
+            QUEUE_GEMM.with(|queued| queued.set(queue));
+            let before = names.map(queued_here);
+            let packed = lean_attention_packed(qkv.clone(), [batch, seq], heads, true);
+            let [q, k, v] = split_packed_heads(qkv.clone(), [batch, seq, heads]);
+            let four_d = lean_attention(q, k, v, true).swap_dims(1, 2).reshape([batch * seq, heads * head_dim]);
+            let outputs = [packed, four_d].map(|t| t.into_data().to_vec::<f32>().unwrap());
+            QUEUE_GEMM.with(|queued| queued.set(false));
+            let after = names.map(queued_here);
+            (outputs, [after[0] - before[0], after[1] - before[1]])
+        };
+        let reference = burns(true);
+        let (queued, queued_ops) = forward_only(true);
+        let (plain, plain_ops) = forward_only(false);
+        assert_eq!(queued_ops[0], 1, "the packed attention forward only: not the blocks' one queued operation");
+        assert!(queued_ops[1] >= 1, "the four-dimensional attention forward only: no block softmax queued");
+        assert_eq!(plain_ops, [0, 0], "without queued GEMMs the forward-only attention queued leanburn's operations");
+        let worst = |a: &[f32], b: &[f32]| a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0f32, f32::max);
+        for output in queued.iter().chain(&plain) {
+            assert!(worst(output, &reference) <= 1e-5, "{} off Burn's attention", worst(output, &reference));
+        }
+        assert!(worst(&queued[0], &burns(false)) > 1e-2, "the control: a missing mask went unnoticed");
     }
 
     #[test]
