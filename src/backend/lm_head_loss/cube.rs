@@ -7,7 +7,7 @@ use burn_cubecl::ops::numeric::empty_device_contiguous_dtype;
 use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElement};
 use leanburn_kernels::launch_lm_head_loss_rows;
 
-use super::{composed_rows, LmHeadLossOps};
+use super::{column_total, composed_rows, LmHeadLossOps};
 use crate::backend::{contiguous_of, has_kernels};
 
 impl<R, F, I, BT> LmHeadLossOps for CubeBackend<R, F, I, BT>
@@ -17,6 +17,10 @@ where
     I: IntElement,
     BT: BoolElement,
 {
+    fn lm_head_loss_total(losses: FloatTensor<Self>) -> FloatTensor<Self> {
+        column_total::<Self>(losses)
+    }
+
     fn lm_head_loss_rows(
         logits: FloatTensor<Self>,
         targets: IntTensor<Self>,

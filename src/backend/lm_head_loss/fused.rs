@@ -10,7 +10,8 @@ use burn_fusion::stream::Operation;
 use burn_fusion::{Fusion, FusionBackend, FusionRuntime};
 use burn_ir::{CustomOpIr, HandleContainer};
 
-use super::LmHeadLossOps;
+use super::{column_total, LmHeadLossOps};
+use crate::backend::bias_grad::BiasGradOps;
 use crate::backend::custom_op::queue_custom;
 use crate::backend::gemm::GemmOps;
 
@@ -34,7 +35,11 @@ impl<B: FusionBackend + LmHeadLossOps> Operation<B::FusionRuntime> for QueuedRow
     }
 }
 
-impl<B: FusionBackend + GemmOps + LmHeadLossOps> LmHeadLossOps for Fusion<B> {
+impl<B: FusionBackend + GemmOps + LmHeadLossOps + BiasGradOps> LmHeadLossOps for Fusion<B> {
+    fn lm_head_loss_total(losses: FloatTensor<Self>) -> FloatTensor<Self> {
+        column_total::<Self>(losses)
+    }
+
     fn lm_head_loss_rows(
         logits: FloatTensor<Self>,
         targets: IntTensor<Self>,

@@ -28,7 +28,9 @@ use burn::backend::NdArray;
 use burn::prelude::*;
 use burn::tensor::{DType, FloatDType, IndexingUpdateOp, TensorPrimitive};
 use burn_backend::tensor::{FloatTensor, IntTensor};
+use burn_backend::TensorMetadata;
 
+use super::bias_grad::BiasGradOps;
 use super::conv::ChunkedConv;
 use super::gemm::{gemm, gemm_accumulate, GemmOps};
 use super::Lean;
@@ -67,7 +69,18 @@ pub trait LmHeadLossOps: GemmOps {
         chunk: usize,
     ) -> FloatTensor<Self> {
         let losses = Self::lm_head_token_losses(hidden, weight, targets, chunk);
-        Tensor::<Self, 1>::from_primitive(TensorPrimitive::Float(losses)).mean().into_primitive().tensor()
+        let tokens = losses.shape().num_elements();
+        let total = Tensor::<Self, 1>::from_primitive(TensorPrimitive::Float(Self::lm_head_loss_total(losses)));
+        total.div_scalar(tokens as f64).into_primitive().tensor()
+    }
+
+    /// The sum of token losses (`[n]`, f32) as `[1]`: a chunk's share of the loss, or a
+    /// forward-only pass's total. By default Burn's `sum`; on the CubeCL backends (fused or
+    /// not) leanburn's column sums of the losses as one column, which CubeCL does not
+    /// autotune (its reductions are tuned for each length before their first run: compile
+    /// and timing work before a fresh process's first step).
+    fn lm_head_loss_total(losses: FloatTensor<Self>) -> FloatTensor<Self> {
+        Tensor::<Self, 1>::from_primitive(TensorPrimitive::Float(losses)).sum().into_primitive().tensor()
     }
 
     /// Each token's cross-entropy of `hidden · weightᵀ` against `targets` (`[tokens]`, in
@@ -128,6 +141,10 @@ impl<B: ChunkedConv + LmHeadLossOps> LmHeadLossOps for Lean<B> {
     ) -> (FloatTensor<Self>, Option<FloatTensor<Self>>) {
         B::lm_head_loss_rows(logits, targets, grad_scale)
     }
+
+    fn lm_head_loss_total(losses: FloatTensor<Self>) -> FloatTensor<Self> {
+        B::lm_head_loss_total(losses)
+    }
 }
 
 /// [`LmHeadLossOps::lm_head_loss_grads`] chunk by chunk: the products on `B`'s GEMM, each
@@ -153,7 +170,7 @@ pub(crate) fn composed<B: LmHeadLossOps>(
         let h_chunk = h.clone().narrow(0, start, len);
         let logits = gemm(h_chunk.clone(), w_t.clone());
         let (row_losses, grad_logits) = loss_rows(logits, targets.clone().narrow(0, start, len), Some(scale as f32));
-        loss = loss + row_losses.sum();
+        loss = loss + total::<B>(row_losses);
         let grad_logits = grad_logits.expect("the gradient was asked for");
         grad_hidden.push(gemm(grad_logits.clone(), w.clone()));
         // Summed over the chunks by the GEMM itself where it can (cuBLASLt's `β = 1`).
@@ -200,6 +217,18 @@ fn loss_rows<B: LmHeadLossOps>(
     let (losses, grad) = B::lm_head_loss_rows(logits.into_primitive().tensor(), targets.into_primitive(), grad_scale);
     let float = |tensor| TensorPrimitive::Float(tensor);
     (Tensor::from_primitive(float(losses)), grad.map(|grad| Tensor::from_primitive(float(grad))))
+}
+
+/// [`LmHeadLossOps::lm_head_loss_total`] on `Tensor`s.
+fn total<B: LmHeadLossOps>(losses: Tensor<B, 1>) -> Tensor<B, 1> {
+    Tensor::from_primitive(TensorPrimitive::Float(B::lm_head_loss_total(losses.into_primitive().tensor())))
+}
+
+/// The sum of `losses` (`[n]`) as `[1]` by [`BiasGradOps::bias_grad`] of them as one column:
+/// the CubeCL backends' [`LmHeadLossOps::lm_head_loss_total`].
+pub(crate) fn column_total<B: BiasGradOps>(losses: FloatTensor<B>) -> FloatTensor<B> {
+    let rows = losses.shape().num_elements();
+    B::bias_grad(B::float_reshape(losses, Shape::new([rows, 1])))
 }
 
 /// [`LmHeadLossOps::lm_head_loss_rows`] composed of Burn ops, the logits in f32.

@@ -243,3 +243,33 @@ fn wgpu_runs_the_row_kernel_not_the_composed_rows() {
     assert!(relative_difference(&kernel.0, &composed.0) <= LOSS_TOLERANCE);
     assert!(relative_difference(&kernel.1, &composed.1) <= GRAD_TOLERANCE);
 }
+
+/// The loss's total on the CubeCL backends (column sums of the losses as one column, fused
+/// and not) within 1e-6 of the host's f64 sum, relatively, from one loss to lengths whose
+/// rows the kernel splits over several blocks; the control: the same sum without the last
+/// loss (each at least 1) is caught.
+#[test]
+fn the_loss_total_on_wgpu_matches_the_hosts_sum() {
+    fn total<W: LmHeadLossOps>(values: &[f32]) -> f64 {
+        let losses = Tensor::<W, 1>::from_data(TensorData::new(values.to_vec(), [values.len()]), &Default::default());
+        let total = W::lm_head_loss_total(losses.into_primitive().tensor());
+        let host = Tensor::<W, 1>::from_primitive(TensorPrimitive::Float(total)).into_data().to_vec::<f32>().unwrap();
+        assert_eq!(host.len(), 1, "the total is one value");
+        f64::from(host[0])
+    }
+    let mut rng = Lcg(7);
+    for n in [1, 7, 256, 1000, 100_003] {
+        let values: Vec<f32> = (0..n).map(|_| 1.0 + rng.below(1 << 20) as f32 / (1 << 16) as f32).collect();
+        let exact: f64 = values.iter().map(|&v| f64::from(v)).sum();
+        let unfused = total::<crate::device::CubeWgpu>(&values);
+        let fused = total::<burn::backend::Wgpu>(&values);
+        for (stack, got) in [("unfused", unfused), ("fused", fused)] {
+            let error = (got - exact).abs() / exact;
+            assert!(error <= 1e-6, "{stack}, {n} losses: total {got} against {exact} ({error:.1e})");
+        }
+        if n > 1 {
+            let short = total::<burn::backend::Wgpu>(&values[..n - 1]);
+            assert!((short - exact).abs() / exact > 1e-6, "the control: a dropped loss went unnoticed ({n})");
+        }
+    }
+}
