@@ -104,7 +104,7 @@ pub use layer_norm::{layer_norm, LayerNormOps};
 pub(crate) use linear::linear;
 pub use linear::{LinearGrads, LinearOps};
 pub use lm_head_loss::LmHeadLossOps;
-pub(crate) use lm_head_loss::{lm_head_loss, lm_head_token_losses};
+pub(crate) use lm_head_loss::{lm_head_loss, lm_head_token_losses, total as lm_head_loss_total};
 pub use optimizer::{AdamWParam, AdamWStep, OptimizerOps};
 pub use residual::{residual_linear, ResidualOps};
 

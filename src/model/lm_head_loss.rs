@@ -20,7 +20,7 @@
 use burn::prelude::*;
 use burn::tensor::backend::AutodiffBackend;
 
-use crate::backend::{lm_head_loss, lm_head_token_losses, LmHeadLossOps};
+use crate::backend::{lm_head_loss, lm_head_loss_total, lm_head_token_losses, LmHeadLossOps};
 
 /// Mean cross-entropy of `hidden · weightᵀ` (`[tokens, d] · [d, vocab]`) against `targets`
 /// (`[tokens]`), with at most `chunk` rows of logits alive at once. Differentiable on any
@@ -36,7 +36,7 @@ pub fn chunked_lm_head_loss<B: LmHeadLossOps>(
     chunk: usize,
 ) -> Tensor<B, 1> {
     let tokens = hidden.dims()[0];
-    chunked_lm_head_token_losses(hidden, weight, targets, chunk).sum().div_scalar(tokens as f64)
+    lm_head_loss_total(chunked_lm_head_token_losses(hidden, weight, targets, chunk)).div_scalar(tokens as f64)
 }
 
 /// The same loss as [`chunked_lm_head_loss`] with gradients computed chunk by chunk in the

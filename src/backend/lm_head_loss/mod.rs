@@ -220,7 +220,7 @@ fn loss_rows<B: LmHeadLossOps>(
 }
 
 /// [`LmHeadLossOps::lm_head_loss_total`] on `Tensor`s.
-fn total<B: LmHeadLossOps>(losses: Tensor<B, 1>) -> Tensor<B, 1> {
+pub(crate) fn total<B: LmHeadLossOps>(losses: Tensor<B, 1>) -> Tensor<B, 1> {
     Tensor::from_primitive(TensorPrimitive::Float(B::lm_head_loss_total(losses.into_primitive().tensor())))
 }
 
