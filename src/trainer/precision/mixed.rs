@@ -107,31 +107,38 @@ impl<B: AutodiffBackend> ModuleMapper<B> for UntrainedState<B::InnerBackend> {
 }
 
 /// Gradients of the compute copy, made the master's: each cast to its master parameter's
-/// float type and divided by `loss_scale`.
+/// float type and, with loss scaling, divided by the loss scale.
 pub struct MasterGradients<B: Backend> {
     /// The gradients, keyed by parameter id, in the master precision.
     pub grads: GradientsParams,
-    /// The sum of every gradient element: finite exactly when every gradient is (an
-    /// infinity or NaN anywhere makes it non-finite; a finite sum this large would mean
-    /// gradients near f32's limit, as good as an overflow). `None` with no gradients.
+    /// With loss scaling, the sum of every gradient element: finite exactly when every
+    /// gradient is (an infinity or NaN anywhere makes it non-finite; a finite sum this large
+    /// would mean gradients near f32's limit, as good as an overflow). `None` without loss
+    /// scaling (nothing reads it: bf16 has f32's range), or with no gradients.
     pub overflow_check: Option<Tensor<B, 1>>,
 }
 
 /// Brings `grads` (of a [`compute_copy`] of `master`) to the master weights; see
-/// [`MasterGradients`].
-pub fn master_gradients<B, M>(master: &M, grads: GradientsParams, loss_scale: f64) -> MasterGradients<B::InnerBackend>
+/// [`MasterGradients`]. `loss_scale`: the scale the loss was multiplied by, `None` without
+/// loss scaling, where no gradient is summed for an overflow check (a reduction and an add
+/// per parameter, every step).
+pub fn master_gradients<B, M>(
+    master: &M,
+    grads: GradientsParams,
+    loss_scale: Option<f64>,
+) -> MasterGradients<B::InnerBackend>
 where
     B: AutodiffBackend,
     M: AutodiffModule<B>,
 {
-    let mut visitor = ToMaster::<B::InnerBackend> { grads, unscale: 1.0 / loss_scale, check: None };
+    let mut visitor = ToMaster::<B::InnerBackend> { grads, loss_scale, check: None };
     master.visit(&mut visitor);
     MasterGradients { grads: visitor.grads, overflow_check: visitor.check }
 }
 
 struct ToMaster<I: Backend> {
     grads: GradientsParams,
-    unscale: f64,
+    loss_scale: Option<f64>,
     check: Option<Tensor<I, 1>>,
 }
 
@@ -142,14 +149,16 @@ impl<B: AutodiffBackend> ModuleVisitor<B> for ToMaster<B::InnerBackend> {
         };
         let master_dtype = param.val().dtype();
         let mut grad = if grad.dtype() == master_dtype { grad } else { grad.cast(FloatDType::from(master_dtype)) };
-        if self.unscale != 1.0 {
-            grad = grad.mul_scalar(self.unscale);
+        if let Some(scale) = self.loss_scale {
+            if scale != 1.0 {
+                grad = grad.mul_scalar(1.0 / scale);
+            }
+            let sum = grad.clone().sum();
+            self.check = Some(match self.check.take() {
+                Some(check) => check + sum,
+                None => sum,
+            });
         }
-        let sum = grad.clone().sum();
-        self.check = Some(match self.check.take() {
-            Some(check) => check + sum,
-            None => sum,
-        });
         self.grads.register::<B::InnerBackend, D>(param.id, grad);
     }
 }
@@ -172,7 +181,7 @@ mod tests {
         let plain = GradientsParams::from_grads(master.forward(x.clone()).sum().backward(), &master);
         let compute = compute_copy::<B, _>(&master, FloatDType::F32);
         let scaled = compute.forward(x).sum().mul_scalar(1024.0).backward();
-        let back = master_gradients::<B, _>(&master, GradientsParams::from_grads(scaled, &compute), 1024.0);
+        let back = master_gradients::<B, _>(&master, GradientsParams::from_grads(scaled, &compute), Some(1024.0));
 
         let id = master.weight.id;
         let expected = plain.get::<Flex, 2>(id).expect("a weight gradient").into_data();
@@ -183,6 +192,29 @@ mod tests {
         assert!(check.is_finite());
     }
 
+    /// bf16 trains without loss scaling: its gradients come back as they are, and none is
+    /// summed for a check that nothing would read (the control: the same gradients at a
+    /// scale of 1 are summed).
+    #[test]
+    fn without_loss_scaling_no_gradient_is_summed_for_an_overflow_check() {
+        let device = Default::default();
+        let master: Linear<B> = crate::init::materialize(LinearConfig::new(3, 2).init(&device));
+        let x = Tensor::<B, 2>::random([4, 3], Distribution::Normal(0.0, 1.0), &device);
+        let compute = compute_copy::<B, _>(&master, FloatDType::F32);
+        let grads = || GradientsParams::from_grads(compute.forward(x.clone()).sum().backward(), &compute);
+
+        let plain = master_gradients::<B, _>(&master, grads(), None);
+        let scaled = master_gradients::<B, _>(&master, grads(), Some(1.0));
+        assert!(plain.overflow_check.is_none(), "no loss scaling: no check");
+        assert!(scaled.overflow_check.is_some(), "the control: loss scaling sums the gradients");
+        let weight = |back: &MasterGradients<Flex>| back.grads.get::<Flex, 2>(master.weight.id).map(|g| g.into_data());
+        let bias_id = master.bias.as_ref().expect("a bias").id;
+        let bias = |back: &MasterGradients<Flex>| back.grads.get::<Flex, 1>(bias_id).map(|g| g.into_data());
+        assert!(weight(&plain).is_some() && bias(&plain).is_some(), "every gradient comes back");
+        assert_eq!(weight(&plain), weight(&scaled));
+        assert_eq!(bias(&plain), bias(&scaled));
+    }
+
     #[test]
     fn an_infinite_gradient_makes_the_check_non_finite() {
         let device = Default::default();
@@ -191,7 +223,8 @@ mod tests {
         let compute = compute_copy::<B, _>(&master, FloatDType::F32);
         // (1e30·w)² overflows f32 in the forward pass already.
         let loss = compute.forward(x).powf_scalar(2.0).sum().mul_scalar(1e10);
-        let back = master_gradients::<B, _>(&master, GradientsParams::from_grads(loss.backward(), &compute), 1e10);
+        let back =
+            master_gradients::<B, _>(&master, GradientsParams::from_grads(loss.backward(), &compute), Some(1e10));
         assert!(!back.overflow_check.expect("a check").into_scalar().is_finite());
     }
 

@@ -135,7 +135,7 @@ where
             }
             let batch = self.selected(model, batch, &mut selection)?;
             let (grads, loss, check) = match &compute {
-                Some(copy) => self.mixed_pass(model, copy, batch, loss_scale.unwrap_or(1.0)),
+                Some(copy) => self.mixed_pass(model, copy, batch, loss_scale),
                 None => self.plain_pass(model, batch).map(|(grads, loss)| (grads, loss, None))?,
             };
             loss_sum = Some(match loss_sum {
@@ -175,18 +175,22 @@ where
         Ok(selected.batch)
     }
 
-    /// One micro-batch on the compute copy: the loss scaled for the backward pass, the
-    /// gradients unscaled onto the master's parameters, with their overflow check.
+    /// One micro-batch on the compute copy: with loss scaling (`scale`) the loss scaled for
+    /// the backward pass and the gradients unscaled onto the master's parameters, with their
+    /// overflow check; without, the gradients onto the master's parameters alone.
     fn mixed_pass(
         &self,
         master: &M,
         copy: &M,
         batch: T,
-        scale: f64,
+        scale: Option<f64>,
     ) -> (GradientsParams, InnerTensor<B>, Option<InnerTensor<B>>) {
         let forward = self.forward_loss.expect("the mixed-precision path has its forward loss");
         let loss = forward(copy, batch.cast_floats(self.precision.precision.dtype())).cast(FloatDType::F32);
-        let scaled = if scale == 1.0 { loss.clone() } else { loss.clone().mul_scalar(scale) };
+        let scaled = match scale {
+            Some(scale) if scale != 1.0 => loss.clone().mul_scalar(scale),
+            _ => loss.clone(),
+        };
         let grads = GradientsParams::from_grads(scaled.backward(), copy);
         let master = mixed::master_gradients::<B, M>(master, grads, scale);
         (master.grads, loss.inner(), master.overflow_check)
