@@ -9,15 +9,72 @@ use std::collections::{HashMap, HashSet};
 use burn::module::{AutodiffModule, Module, ModuleMapper, ModuleVisitor, Param, ParamId};
 use burn::optim::GradientsParams;
 use burn::tensor::backend::{AutodiffBackend, Backend};
-use burn::tensor::{FloatDType, Tensor, TensorPrimitive};
+use burn::tensor::{FloatDType, Tensor, TensorMetadata, TensorPrimitive};
 
-/// Casts every float parameter to `dtype`, keeping its id (a no-op where it already is).
-pub struct CastParams(pub FloatDType);
+/// `module` with every float parameter cast to `dtype` (a no-op where one already is),
+/// each keeping its id. The casts are issued in runs of one shape
+/// ([`in_shape_runs`]): a fusing backend (Burn's `Fusion`) makes one kernel of each run,
+/// where the module's own order, whose neighbours mostly differ in shape, left it one
+/// kernel a cast.
+pub fn cast_params<B: Backend, M: Module<B>>(module: M, dtype: FloatDType) -> M {
+    let mut params = FloatParams(Vec::new(), HashSet::new());
+    module.visit(&mut params);
+    let runs = in_shape_runs(params.0, |(_, tensor)| tensor.shape().to_vec());
+    let cast = runs.into_iter().map(|(id, tensor)| (id, cast_primitive(tensor, dtype)));
+    module.map(&mut Replace(cast.collect()))
+}
 
-impl<B: Backend> ModuleMapper<B> for CastParams {
+/// `items` reordered so that those of one shape stand together, shapes in the order first
+/// seen and, within a shape, items in their given order: ops issued in this order on
+/// independent tensors of one shape meet in one fused kernel where Burn's `Fusion` fuses
+/// them (it fuses element-wise ops whose outputs have one shape).
+fn in_shape_runs<T>(items: Vec<T>, shape: impl Fn(&T) -> Vec<usize>) -> Vec<T> {
+    let mut first_seen: HashMap<Vec<usize>, usize> = HashMap::new();
+    let mut keyed: Vec<_> = items
+        .into_iter()
+        .enumerate()
+        .map(|(at, item)| {
+            let run = *first_seen.entry(shape(&item)).or_insert(at);
+            (run, at, item)
+        })
+        .collect();
+    keyed.sort_by_key(|&(run, at, _)| (run, at));
+    keyed.into_iter().map(|(_, _, item)| item).collect()
+}
+
+/// `tensor` cast to `dtype`, as `Tensor::cast` does it (nothing where it already is).
+fn cast_primitive<B: Backend>(tensor: TensorPrimitive<B>, dtype: FloatDType) -> TensorPrimitive<B> {
+    if let TensorPrimitive::Float(float) = &tensor {
+        if FloatDType::from(float.dtype()) == dtype {
+            return tensor;
+        }
+    }
+    TensorPrimitive::Float(B::float_cast(tensor.tensor(), dtype))
+}
+
+/// Every float parameter's tensor, once per id, in the module's order.
+struct FloatParams<B: Backend>(Vec<(ParamId, TensorPrimitive<B>)>, HashSet<ParamId>);
+
+impl<B: Backend> ModuleVisitor<B> for FloatParams<B> {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+        if self.1.insert(param.id) {
+            self.0.push((param.id, param.val().into_primitive()));
+        }
+    }
+}
+
+/// Puts each parameter's new tensor in place, by id.
+struct Replace<B: Backend>(HashMap<ParamId, TensorPrimitive<B>>);
+
+impl<B: Backend> ModuleMapper<B> for Replace<B> {
     fn map_float<const D: usize>(&mut self, param: Param<Tensor<B, D>>) -> Param<Tensor<B, D>> {
-        let dtype = self.0;
-        param.map(|tensor| tensor.cast(dtype))
+        match self.0.get(&param.id) {
+            Some(tensor) => {
+                let tensor = tensor.clone();
+                param.map(|_| Tensor::from_primitive(tensor))
+            }
+            None => param,
+        }
     }
 }
 
@@ -31,7 +88,7 @@ where
 {
     let mut trainable = TrainableIds(HashSet::new());
     master.visit(&mut trainable);
-    let inner = master.valid().map(&mut CastParams(dtype));
+    let inner = cast_params(master.valid(), dtype);
     M::from_inner(inner).map(&mut MarkTrainable(trainable.0))
 }
 
@@ -131,35 +188,71 @@ where
     B: AutodiffBackend,
     M: AutodiffModule<B>,
 {
-    let mut visitor = ToMaster::<B::InnerBackend> { grads, loss_scale, check: None };
-    master.visit(&mut visitor);
-    MasterGradients { grads: visitor.grads, overflow_check: visitor.check }
-}
-
-struct ToMaster<I: Backend> {
-    grads: GradientsParams,
-    loss_scale: Option<f64>,
-    check: Option<Tensor<I, 1>>,
-}
-
-impl<B: AutodiffBackend> ModuleVisitor<B> for ToMaster<B::InnerBackend> {
-    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
-        let Some(grad) = self.grads.remove::<B::InnerBackend, D>(param.id) else {
-            return;
-        };
-        let master_dtype = param.val().dtype();
-        let mut grad = if grad.dtype() == master_dtype { grad } else { grad.cast(FloatDType::from(master_dtype)) };
-        if let Some(scale) = self.loss_scale {
-            if scale != 1.0 {
-                grad = grad.mul_scalar(1.0 / scale);
-            }
-            let sum = grad.clone().sum();
-            self.check = Some(match self.check.take() {
+    let mut taken = TakeGradients::<B::InnerBackend> { grads, taken: Vec::new() };
+    master.visit(&mut taken);
+    let TakeGradients { mut grads, taken } = taken;
+    // Every cast first, in runs of one shape (see `cast_params`), then each put back.
+    let cast: Vec<_> = in_shape_runs(taken, |taken| taken.grad.shape().to_vec())
+        .into_iter()
+        .map(|taken| (cast_primitive(taken.grad, taken.master), taken.id, taken.put_back))
+        .collect();
+    let mut overflow_check: Option<Tensor<B::InnerBackend, 1>> = None;
+    for (grad, id, put_back) in cast {
+        if let Some(sum) = put_back(&mut grads, id, grad, loss_scale) {
+            overflow_check = Some(match overflow_check.take() {
                 Some(check) => check + sum,
                 None => sum,
             });
         }
-        self.grads.register::<B::InnerBackend, D>(param.id, grad);
+    }
+    MasterGradients { grads, overflow_check }
+}
+
+/// Takes each master parameter's gradient out of the compute copy's gradients.
+struct TakeGradients<I: Backend> {
+    grads: GradientsParams,
+    taken: Vec<Taken<I>>,
+}
+
+/// A gradient taken out for its master parameter: its tensor, the master's float type, and
+/// how to put it back (the rank known where it was taken).
+struct Taken<I: Backend> {
+    id: ParamId,
+    grad: TensorPrimitive<I>,
+    master: FloatDType,
+    put_back: PutBack<I>,
+}
+
+/// Registers a gradient, in the master's type, under its id: with loss scaling divided by
+/// the scale first, and its sum returned for the overflow check.
+type PutBack<I> = fn(&mut GradientsParams, ParamId, TensorPrimitive<I>, Option<f64>) -> Option<Tensor<I, 1>>;
+
+fn put_back<I: Backend, const D: usize>(
+    grads: &mut GradientsParams,
+    id: ParamId,
+    grad: TensorPrimitive<I>,
+    loss_scale: Option<f64>,
+) -> Option<Tensor<I, 1>> {
+    let mut grad = Tensor::<I, D>::from_primitive(grad);
+    let mut sum = None;
+    if let Some(scale) = loss_scale {
+        if scale != 1.0 {
+            grad = grad.mul_scalar(1.0 / scale);
+        }
+        sum = Some(grad.clone().sum());
+    }
+    grads.register::<I, D>(id, grad);
+    sum
+}
+
+impl<B: AutodiffBackend> ModuleVisitor<B> for TakeGradients<B::InnerBackend> {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+        let Some(grad) = self.grads.remove::<B::InnerBackend, D>(param.id) else {
+            return;
+        };
+        let master = FloatDType::from(param.val().dtype());
+        let put_back = put_back::<B::InnerBackend, D>;
+        self.taken.push(Taken { id: param.id, grad: grad.into_primitive(), master, put_back });
     }
 }
 
@@ -190,6 +283,41 @@ mod tests {
         got.into_data().assert_approx_eq::<f32>(&expected, burn::tensor::Tolerance::default());
         let check = back.overflow_check.expect("a check").into_scalar();
         assert!(check.is_finite());
+    }
+
+    /// The casts are issued in runs of one shape, the module's order kept within a run: the
+    /// runs a fusing backend makes one kernel each (the control: the module's own order
+    /// interleaves the shapes).
+    #[test]
+    fn casts_are_issued_in_runs_of_one_shape_in_the_modules_order() {
+        let order = [vec![4], vec![4, 8], vec![8], vec![4], vec![4, 8], vec![4]];
+        let items: Vec<(usize, Vec<usize>)> = order.iter().cloned().enumerate().collect();
+        let runs: Vec<usize> =
+            in_shape_runs(items.clone(), |(_, shape)| shape.clone()).iter().map(|&(at, _)| at).collect();
+        assert_eq!(runs, [0, 3, 5, 1, 4, 2]);
+        let interleaved = items.windows(2).filter(|pair| pair[0].1 != pair[1].1).count();
+        let grouped = runs.windows(2).filter(|pair| order[pair[0]] != order[pair[1]]).count();
+        assert_eq!((interleaved, grouped), (5, 2), "the module's order changes shape at every step; the runs twice");
+    }
+
+    /// Cast in runs, every parameter is what `Tensor::cast` makes of it, under its own id.
+    #[test]
+    fn parameters_cast_in_runs_are_each_cast_as_tensor_cast_does() {
+        let device = Default::default();
+        let layers = [LinearConfig::new(3, 2), LinearConfig::new(2, 3), LinearConfig::new(3, 2)];
+        let model: Vec<Linear<Flex>> =
+            layers.iter().map(|config| crate::init::materialize(config.init(&device))).collect();
+        let cast = cast_params(model.clone(), FloatDType::F16);
+        for (before, after) in model.iter().zip(&cast) {
+            assert_eq!(after.weight.id, before.weight.id);
+            let expected = before.weight.val().cast(FloatDType::F16).into_data();
+            assert_eq!(after.weight.val().into_data(), expected);
+            let bias = |linear: &Linear<Flex>| linear.bias.as_ref().expect("a bias").val();
+            assert_eq!(bias(after).into_data(), bias(before).cast(FloatDType::F16).into_data());
+        }
+        // An f32 parameter asked for f32 is the same tensor.
+        let same = cast_params(model.clone(), FloatDType::F32);
+        assert_eq!(same[0].weight.val().into_data(), model[0].weight.val().into_data());
     }
 
     /// bf16 trains without loss scaling: its gradients come back as they are, and none is

@@ -2,7 +2,6 @@
 //! the jump forward only, before and after, on the probe set; the block's other steps run
 //! nothing. Also the probe itself, which the weight average's verification shares.
 
-use burn::module::Module;
 use burn::optim::Optimizer;
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::{ElementConversion, FloatDType};
@@ -13,7 +12,7 @@ use crate::memory::MemoryProbe;
 use crate::trainer::error::TrainerError;
 use crate::trainer::hybrid::HybridTrainer;
 use crate::trainer::params;
-use crate::trainer::precision::mixed::CastParams;
+use crate::trainer::precision::mixed::cast_params;
 use crate::trainer::predict::calibration::{confidence_after, evidence, jump_scale, scale_after};
 use crate::trainer::predict::guard::RollbackReason;
 use crate::trainer::predict::phase::Phase;
@@ -159,7 +158,7 @@ where
     pub(in crate::trainer) fn probe(&self, model: &M, batches: &[T]) -> Result<f64, TrainerError> {
         let mixed = self.forward_loss.is_some();
         let dtype = self.precision.precision.dtype();
-        let inner = if mixed { model.valid().map(&mut CastParams(dtype)) } else { model.valid() };
+        let inner = if mixed { cast_params(model.valid(), dtype) } else { model.valid() };
         let mut loss_sum = None;
         for batch in batches {
             let batch = if mixed { batch.clone().cast_floats(dtype) } else { batch.clone() };
