@@ -3,7 +3,7 @@
 //! ```text
 //! cargo bench --bench gpt2_parts -- --backend cpu --preset gpt2-mini --batch 8 --seq 64
 //! gpt2_parts --backend cuda --pytorch python3 --torch-precision tf32     # gpt2-small, 8 × 1024
-//! gpt2_parts --backend cuda --precision bf16 --parts gemm,attention --pytorch python3 --torch-precision bf16
+//! gpt2_parts --backend cuda --precision bf16 --pytorch python3 --torch-precision bf16
 //! ```
 //!
 //! The parts, each timed as the median of `--reps` runs after `--warmup` untimed ones (which
@@ -28,13 +28,17 @@
 //!   returned, before the sync: a step whose host time is close to its synced time keeps the
 //!   device waiting on the host (Burn's autodiff graph, the fuser, the launches), one whose
 //!   host time is far below it is the device's (a lower bound: ops the fuser still holds
-//!   are launched in the sync). f32 only (`--precision bf16` times the
-//!   GEMMs and the attention).
+//!   are launched in the sync). With `--precision bf16` the step is the mixed-precision one
+//!   `HybridTrainer` runs (the GPT-2 example's default on CUDA): the forward and backward
+//!   on a bf16 compute copy of the f32 master weights, the optimizer on the master weights,
+//!   and `step.casts` the casts between them (the copy, the gradients back), synced apart
+//!   from the forward and backward. `step.forward_only` runs in the same precision.
 //!   Before timing, leanburn's LayerNorm and one clipped AdamW step are compared with
 //!   Burn's (`checks.rs`): a wrong kernel on a new device shows as a number.
 //!
 //! - `kernels` (CubeCL backends): the kernels one full step launches (forward, backward,
-//!   AdamW), counted from CubeCL's execution log after `--warmup` steps, the median of
+//!   AdamW, and in mixed precision the casts), counted from CubeCL's execution log after
+//!   `--warmup` steps, the median of
 //!   `--reps` steps, how many the optimizer step launched, and the most frequent kernels. Not timed: the log is written on every
 //!   launch.
 //!
@@ -64,7 +68,7 @@ mod kernels;
 
 use std::collections::BTreeMap;
 use std::process::Command;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use burn::module::AutodiffModule;
 use burn::optim::{GradientsParams, Optimizer};
@@ -75,11 +79,11 @@ use burn::tensor::{Distribution, ElementConversion, FloatDType, Tensor};
 use burn::train::InferenceStep;
 use clap::{Parser, ValueEnum};
 use leanburn::backend::lean_attention;
-use leanburn::data::{HostBatch, Split, WindowSampler};
+use leanburn::data::{HostBatch, Split, TokenBatch, WindowSampler};
 use leanburn::device::{largest_pool_page, select, BackendKind, DeviceChoice};
 use leanburn::model::{token_embedding_bytes, Gpt2, Gpt2Config};
 use leanburn::optim::ClippedAdamW;
-use leanburn::trainer::ForwardLoss;
+use leanburn::trainer::{cast_params, compute_copy, copy_state_back, master_gradients, ForwardLoss};
 use leanburn::{BackendArgs, BackendJob, TrainBackend};
 use serde::{Deserialize, Serialize};
 
@@ -103,7 +107,8 @@ struct Args {
     /// case's arguments at commas).
     #[arg(long, value_enum, value_delimiter = ',', num_args = 1.., default_value = "gemm,attention,step")]
     parts: Vec<Part>,
-    /// Float type of the GEMMs and the attention (the step runs f32).
+    /// Float type of the GEMMs, the attention and the step (in bf16 and f16 a mixed-precision
+    /// step on f32 master weights, as `HybridTrainer` runs it).
     #[arg(long, value_enum, default_value_t = Precision::F32)]
     precision: Precision,
     /// The step's loss: tokens per chunk (0: the full logits, as PyTorch computes them).
@@ -158,6 +163,9 @@ enum Part {
 enum Precision {
     F32,
     Bf16,
+    /// As bf16 but in f16, without loss scaling: bf16's structure on a device that has f16
+    /// and no bf16 (llvmpipe), for counting launches; not a way to train.
+    F16,
 }
 
 /// One part's figures, the same on both sides (PyTorch's script prints these as JSON).
@@ -253,6 +261,7 @@ impl BackendJob for Parts {
         let dtype = match args.precision {
             Precision::F32 => FloatDType::F32,
             Precision::Bf16 => FloatDType::BF16,
+            Precision::F16 => FloatDType::F16,
         };
         let timer = Timer { reps: args.reps, warmup: args.warmup };
         let mut parts = BTreeMap::new();
@@ -266,15 +275,11 @@ impl BackendJob for Parts {
             attention_parts::<B>(&args, &config, seq, dtype, &timer, &device, &mut parts);
         }
         if args.parts.contains(&Part::Step) {
-            if args.precision != Precision::F32 {
-                eprintln!("note: the step parts run f32 only; skipped at {:?}", args.precision);
-            } else {
-                step::<B>(&args, &config, seq, &timer, &device, &mut parts);
-            }
+            step::<B>(&args, &config, seq, dtype, &timer, &device, &mut parts);
         }
         if args.parts.contains(&Part::Kernels) {
             if cubecl {
-                kernels::count::<B>(&args, &config, seq, &device);
+                kernels::count::<B>(&args, &config, seq, dtype, &device);
             } else {
                 eprintln!("note: the CPU backend launches no kernels to count; `kernels` skipped");
             }
@@ -435,11 +440,59 @@ pub(crate) fn training<B: TrainBackend>(
     (model, leanburn::optim::clipped_adamw(0.1, 1.0), host)
 }
 
-/// One full step split into forward, backward and optimizer, each synced; and unsplit.
+/// Where [`full_step`] has got to: the caller syncs and times, or counts, at each.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Stage {
+    /// The compute copy made (mixed precision; nothing in f32).
+    Copy,
+    Forward,
+    Backward,
+    /// The gradients cast back to the master weights (mixed precision; nothing in f32).
+    GradientsBack,
+}
+
+/// One full training step as `HybridTrainer` runs it in `dtype`: in f32 on `model` itself;
+/// in bf16 (or f16) on a compute copy of the f32 master weights, its loss cast to f32 for
+/// the backward pass and its gradients cast back (`leanburn::trainer::compute_copy`,
+/// `master_gradients`, `copy_state_back`), without loss scaling (bf16 needs none; f16
+/// here only counts bf16's structure on a device without bf16). `after` is called at each
+/// [`Stage`]; the optimizer step is the rest.
+pub(crate) fn full_step<B: TrainBackend>(
+    model: Gpt2<B>,
+    optimizer: &mut ClippedAdamW<B>,
+    dtype: FloatDType,
+    batch: TokenBatch<B>,
+    mut after: impl FnMut(Stage),
+) -> Gpt2<B> {
+    let copy = (dtype != FloatDType::F32).then(|| compute_copy::<B, _>(&model, dtype));
+    after(Stage::Copy);
+    let pass = copy.as_ref().unwrap_or(&model);
+    let loss = match copy {
+        Some(_) => pass.forward_loss(batch).cast(FloatDType::F32),
+        None => pass.forward_loss(batch),
+    };
+    after(Stage::Forward);
+    let grads = loss.backward();
+    after(Stage::Backward);
+    let grads = GradientsParams::from_grads(grads, pass);
+    let (model, grads) = match &copy {
+        Some(copy) => {
+            let grads = master_gradients::<B, _>(&model, grads, None).grads;
+            (copy_state_back::<B, _>(model, copy), grads)
+        }
+        None => (model, grads),
+    };
+    after(Stage::GradientsBack);
+    optimizer.step(1e-4, model, grads)
+}
+
+/// One full step split into forward, backward and optimizer (and, in mixed precision, the
+/// casts at the model boundary), each synced; and unsplit.
 fn step<B: TrainBackend>(
     args: &Args,
     config: &Gpt2Config,
     seq: usize,
+    dtype: FloatDType,
     timer: &Timer,
     device: &B::Device,
     parts: &mut BTreeMap<String, Timing>,
@@ -449,49 +502,54 @@ fn step<B: TrainBackend>(
     let mut model = Some(model);
     let batch = || host.to_device::<B>(device);
     let sync = || B::sync(device).expect("device sync");
-    let mut samples: [Vec<f64>; 5] = Default::default();
+    let names = ["step.forward", "step.backward", "step.optimizer", "step", "step.host", "step.casts"];
+    let mut samples: [Vec<f64>; 6] = Default::default();
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    let mixed = dtype != FloatDType::F32;
     for rep in 0..timer.warmup + timer.reps {
         let current = model.take().expect("the model is put back every step");
         sync();
-        let started = Instant::now();
-        let loss = current.forward_loss(batch());
+        let mut stages = [Duration::ZERO; 4];
+        let mut mark = Instant::now();
+        let started = mark;
+        let next = full_step(current, &mut optimizer, dtype, batch(), |stage| {
+            sync();
+            stages[stage as usize] = mark.elapsed();
+            mark = Instant::now();
+        });
         sync();
-        let forward = started.elapsed();
-        let grads = loss.backward();
-        sync();
-        let backward = started.elapsed();
-        let grads = GradientsParams::from_grads(grads, &current);
-        let next = optimizer.step(1e-4, current, grads);
-        sync();
-        let whole_split = started.elapsed();
-        // The same step, unsplit.
+        let optimizer_time = mark.elapsed();
+        // The same step, unsynced.
         sync();
         let unsplit = Instant::now();
-        let grads = next.forward_loss(batch()).backward();
-        let grads = GradientsParams::from_grads(grads, &next);
-        let next = optimizer.step(1e-4, next, grads);
+        let next = full_step(next, &mut optimizer, dtype, batch(), |_| ());
         let queued = unsplit.elapsed();
         sync();
         let unsplit = unsplit.elapsed();
         if rep >= timer.warmup {
-            let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
+            // In f32 the copy and the gradients' stage hold no casts, only the gradients'
+            // map (`GradientsParams`): counted with the optimizer, as before bf16's split.
+            let [copy, forward, backward, back] = stages;
+            let (casts, optimizer_time) =
+                if mixed { (copy + back, optimizer_time) } else { (Duration::ZERO, optimizer_time + copy + back) };
             samples[0].push(ms(forward));
-            samples[1].push(ms(backward - forward));
-            samples[2].push(ms(whole_split - backward));
+            samples[1].push(ms(backward));
+            samples[2].push(ms(optimizer_time));
             samples[3].push(ms(unsplit));
             samples[4].push(ms(queued));
+            samples[5].push(ms(casts));
         }
         progress("step", rep, timer, started);
         model = Some(next);
     }
-    for (name, samples) in
-        ["step.forward", "step.backward", "step.optimizer", "step", "step.host"].into_iter().zip(samples.iter_mut())
-    {
-        parts.insert(name.into(), Timing { calls: 1, ms: median(samples), flops: None });
+    for (name, samples) in names.into_iter().zip(samples.iter_mut()) {
+        if mixed || name != "step.casts" {
+            parts.insert(name.into(), Timing { calls: 1, ms: median(samples), flops: None });
+        }
     }
-    // A forward-only pass, as evaluation and the predict phase run it: the inner backend,
-    // the loss over chunks of logits without gradients.
-    let valid = model.expect("the model is put back every step").valid();
+    // A forward-only pass, as evaluation and the predict phase run it: the inner backend in
+    // the compute precision, the loss over chunks of logits without gradients.
+    let valid = cast_params(model.expect("the model is put back every step").valid(), dtype);
     let inner = device.clone();
     let forward_only = timer.time::<B::InnerBackend, _>("step.forward_only", &inner, 1, None, || {
         InferenceStep::step(&valid, host.to_device::<B::InnerBackend>(&inner)).loss
@@ -543,7 +601,7 @@ fn report(
         }
     }
     println!(
-        "\n{} ({} parameters), batch {} × {seq}, GEMMs and attention in {:?}, step f32 with {} and {}; \
+        "\n{} ({} parameters), batch {} × {seq}, GEMMs, attention and step in {:?}, the step with {} and {}; \
          leanburn on {name}{}; median of {} runs after {} warm-up runs, ms per training step\n",
         args.preset,
         config.parameter_count(),

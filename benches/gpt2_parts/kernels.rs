@@ -10,17 +10,16 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use burn::optim::{GradientsParams, Optimizer};
+use burn::tensor::FloatDType;
 use burn_std::config::fusion::FusionLogLevel;
 use burn_std::config::BurnConfig;
 use cubecl::config::profiling::ProfilingLogLevel;
 use cubecl::config::{CubeClRuntimeConfig, RuntimeConfig};
 use leanburn::backend::{gemm_operand_copies, vendor_gemm, VendorGemm};
 use leanburn::model::Gpt2Config;
-use leanburn::trainer::ForwardLoss;
 use leanburn::TrainBackend;
 
-use super::Args;
+use super::{full_step, Args, Stage};
 
 /// Where CubeCL writes the execution log.
 fn log_file() -> PathBuf {
@@ -136,7 +135,7 @@ impl Tally {
 /// Prints the kernels per full step: the median over `--reps` steps after `--warmup`, how
 /// many of them the optimizer step launched, and every kernel of the last step, the most
 /// frequent first; then the fusion operations per full step, the last step's by kind.
-pub fn count<B: TrainBackend>(args: &Args, config: &Gpt2Config, seq: usize, device: &B::Device) {
+pub fn count<B: TrainBackend>(args: &Args, config: &Gpt2Config, seq: usize, dtype: FloatDType, device: &B::Device) {
     let (model, mut optimizer, host) = super::training::<B>(args, config, seq, device);
     let mut model = Some(model);
     let (mut kernels, mut optimizer_kernels, mut operations) = (Tally::default(), Tally::default(), Tally::default());
@@ -146,11 +145,16 @@ pub fn count<B: TrainBackend>(args: &Args, config: &Gpt2Config, seq: usize, devi
         let (before, operations_before) = (launches().len(), fusion_operations().len());
         let copies_before = gemm_operand_copies();
         let current = model.take().expect("the model is put back every step");
-        let grads = current.forward_loss(host.to_device::<B>(device)).backward();
-        let grads = GradientsParams::from_grads(grads, &current);
-        B::sync(device).expect("device sync");
-        let before_optimizer = launches().len();
-        model = Some(optimizer.step(1e-4, current, grads));
+        let mut before_optimizer = 0;
+        // Synced only before the optimizer, as this count always was: a sync flushes what
+        // the fuser holds, and would cut fused kernels in two.
+        let next = full_step(current, &mut optimizer, dtype, host.to_device::<B>(device), |stage| {
+            if stage == Stage::GradientsBack {
+                B::sync(device).expect("device sync");
+                before_optimizer = launches().len();
+            }
+        });
+        model = Some(next);
         B::sync(device).expect("device sync");
         let logged = launches();
         if rep >= args.warmup {
@@ -161,7 +165,8 @@ pub fn count<B: TrainBackend>(args: &Args, config: &Gpt2Config, seq: usize, devi
         }
     }
     println!(
-        "\nkernels launched per full step (forward, backward, clipped AdamW): {}; the optimizer step's: {}\n",
+        "\nkernels launched per full step ({dtype:?}: forward, backward, clipped AdamW{}): {}; the optimizer step's: {}\n",
+        if dtype == FloatDType::F32 { "" } else { ", the casts at the model boundary" },
         kernels.summary(),
         optimizer_kernels.summary(),
     );

@@ -81,6 +81,7 @@ pub use execution::{ExecutionConfig, TrimPolicy};
 pub use hybrid::HybridTrainer;
 pub use lr::{LrSchedule, ScheduledLr};
 pub use params::ParamUpdates;
+pub use precision::mixed::{cast_params, compute_copy, copy_state_back, master_gradients, MasterGradients};
 pub use precision::{LossScaleConfig, LossScaler, Precision, PrecisionConfig};
 pub use predict::phase::Phase;
 pub use predict::predictor::UpdatePredictor;

@@ -3,6 +3,11 @@
 //!
 //! Casts happen at the model boundary only: once per parameter into the compute copy,
 //! once per gradient back. Between them every op runs in the compute precision.
+//!
+//! `HybridTrainer` runs these on every mixed-precision step; they are public for a loop of
+//! one's own (and the benches), in the trainer's order: [`compute_copy`], the loss on it
+//! cast to f32, its backward, [`master_gradients`] (with the loss scale, if any),
+//! [`copy_state_back`], then the optimizer on the master weights.
 
 use std::collections::{HashMap, HashSet};
 
@@ -12,8 +17,8 @@ use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{FloatDType, Tensor, TensorMetadata, TensorPrimitive};
 
 /// `module` with every float parameter cast to `dtype` (a no-op where one already is),
-/// each keeping its id. The casts are issued in runs of one shape
-/// ([`in_shape_runs`]): a fusing backend (Burn's `Fusion`) makes one kernel of each run,
+/// each keeping its id. The casts are issued in runs of one shape (shapes in the order
+/// first seen, the module's order within each): a fusing backend (Burn's `Fusion`) makes one kernel of each run,
 /// where the module's own order, whose neighbours mostly differ in shape, left it one
 /// kernel a cast.
 pub fn cast_params<B: Backend, M: Module<B>>(module: M, dtype: FloatDType) -> M {
