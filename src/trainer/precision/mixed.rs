@@ -18,9 +18,9 @@ use burn::tensor::{FloatDType, Tensor, TensorMetadata, TensorPrimitive};
 
 /// `module` with every float parameter cast to `dtype` (a no-op where one already is),
 /// each keeping its id. The casts are issued in runs of one shape (shapes in the order
-/// first seen, the module's order within each): a fusing backend (Burn's `Fusion`) makes one kernel of each run,
-/// where the module's own order, whose neighbours mostly differ in shape, left it one
-/// kernel a cast.
+/// first seen, the module's order within each): a fusing backend (Burn's `Fusion`) makes
+/// one kernel of each run, where the module's own order, whose neighbours mostly differ in
+/// shape, left it one kernel a cast.
 pub fn cast_params<B: Backend, M: Module<B>>(module: M, dtype: FloatDType) -> M {
     let mut params = FloatParams(Vec::new(), HashSet::new());
     module.visit(&mut params);
