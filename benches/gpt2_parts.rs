@@ -38,9 +38,8 @@
 //!
 //! - `kernels` (CubeCL backends): the kernels one full step launches (forward, backward,
 //!   AdamW, and in mixed precision the casts), counted from CubeCL's execution log after
-//!   `--warmup` steps, the median of
-//!   `--reps` steps, how many the optimizer step launched, and the most frequent kernels. Not timed: the log is written on every
-//!   launch.
+//!   `--warmup` steps, the median of `--reps` steps, how many the optimizer step launched,
+//!   and the most frequent kernels. Not timed: the log is written on every launch.
 //!
 //! - `gemm-check`: not timed. `Lean`'s GEMMs (cuBLASLt on CUDA) against the backend's own
 //!   matmul and a host f64 reference over random shapes, views and float types, then one
