@@ -26,14 +26,15 @@ pub(crate) fn cube_sum(value: f32, #[comptime] units: usize) -> f32 {
     result
 }
 
-/// The maximum of `x = scale · row[base .. base + len]` (`len ≥ 1`) and `Σ exp(x − maximum)`,
-/// computed by the cube's `units` units together: each keeps a running maximum and a sum
-/// of exponentials rescaled to it over its strided share (one read of the row), then the
-/// pairs are combined in one halving pass in shared memory (half the barriers of a maximum
-/// and then a sum); every unit gets both. f32 arithmetic whatever `F`.
+/// The maximum of `x = scale · row[base ..][.. len]` (`len ≥ 1` elements from vector `base`
+/// of a row of vectors of `N` elements) and `Σ exp(x − maximum)`, computed by the cube's
+/// `units` units together: each keeps a running maximum and a sum of exponentials rescaled
+/// to it over its strided share of the row's vectors (one read), then the pairs are
+/// combined in one halving pass in shared memory (half the barriers of a maximum and then
+/// a sum); every unit gets both. f32 arithmetic whatever `F`.
 #[cube]
-pub(crate) fn cube_softmax_stats<F: Float>(
-    row: &Tensor<F>,
+pub(crate) fn cube_softmax_stats<F: Float, N: Size>(
+    row: &Tensor<Vector<F, N>>,
     base: usize,
     len: usize,
     scale: f32,
@@ -41,14 +42,21 @@ pub(crate) fn cube_softmax_stats<F: Float>(
 ) -> (f32, f32) {
     // From the row's first value with nothing summed: a unit with no value of its own adds
     // nothing.
-    let mut largest = f32::cast_from(row[base]) * scale;
+    let mut largest = f32::cast_from(row[base][0]) * scale;
     let mut sum = 0.0f32;
-    let mut i = UNIT_POS_X as usize;
-    while i < len {
-        let (new_largest, new_sum) = absorb(largest, sum, f32::cast_from(row[base + i]) * scale);
-        largest = new_largest;
-        sum = new_sum;
-        i += units;
+    let width = row.vector_size();
+    let mut v = UNIT_POS_X as usize;
+    while v * width < len {
+        let x = row[base + v];
+        #[unroll]
+        for j in 0..width {
+            if v * width + j < len {
+                let (new_largest, new_sum) = absorb(largest, sum, f32::cast_from(x[j]) * scale);
+                largest = new_largest;
+                sum = new_sum;
+            }
+        }
+        v += units;
     }
     combine_max_sum(largest, sum, units)
 }

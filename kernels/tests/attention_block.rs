@@ -4,7 +4,9 @@
 //! none, scores spread wide enough that an unshifted exponential would overflow, row
 //! statistics, outputs and output gradients read from a longer sequence's tensors by their
 //! strides (the gradient's heads split from each token's row, as GPT-2's), softmax scales
-//! of `1/√head_dim` and random ones, f32 and f16 scores (f32 arithmetic). Controls: a
+//! of `1/√head_dim` and random ones, f32 and f16 scores (f32 arithmetic), rows read in
+//! vectors (keys a multiple of the runtime's vector width, the diagonal inside a vector or
+//! at its edge) and one key at a time (other key counts). Controls: a
 //! diagonal one key off, a wrong scale, a dropped log-sum-exp and a dropped output (`Δ` =
 //! 0) are caught.
 
@@ -15,7 +17,7 @@ use cubecl::prelude::*;
 use cubecl::wgpu::{WgpuDevice, WgpuRuntime};
 
 use leanburn_kernels::reference::{block_softmax, block_softmax_grad};
-use leanburn_kernels::{launch_attention_block_softmax, launch_attention_block_softmax_grad, BlockDims};
+use leanburn_kernels::{launch_attention_block_softmax, launch_attention_block_softmax_grad, vector_width, BlockDims};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
@@ -98,6 +100,11 @@ fn cases() -> Vec<Case> {
     };
     cases.push(gpt2);
     cases.push(Case { rows: 3, keys: 1, head_dim: 4, diagonal: Some(0), scale: 0.5, ..gpt2 });
+    // Rows of whole vectors: the diagonal inside a vector (row 0 sees keys 0 ..= 37) and at
+    // a vector's edge (row 0 sees 0 ..= 7), and no diagonal.
+    cases.push(Case { rows: 9, keys: 96, head_dim: 16, diagonal: Some(37), ..gpt2 });
+    cases.push(Case { rows: 9, keys: 96, head_dim: 16, diagonal: Some(7), ..gpt2 });
+    cases.push(Case { rows: 9, keys: 96, head_dim: 16, diagonal: None, ..gpt2 });
     cases
 }
 
@@ -263,6 +270,8 @@ fn errors<E: Element>(
 
 fn check<E: Element>(tolerance: f64) {
     let client = WgpuRuntime::client(&WgpuDevice::default());
+    let width = vector_width(&client, size_of::<E>(), 96);
+    assert!(width > 1, "rows of 96 keys must be read in vectors here, else only the scalar path is tested");
     let mut rng = SmallRng::seed_from_u64(7);
     for case in cases() {
         let errors = errors::<E>(&client, case, case, &mut rng);

@@ -98,7 +98,7 @@ pub use gelu::{bias_gelu, exact_gelu, gelu_derivative, GeluOps};
 pub(crate) use gemm::gemm;
 pub use gemm::{
     f32_gemm, gemm_fused_adds, gemm_operand_copies, gemm_order, set_f32_gemm, set_gemm_fused_adds, set_gemm_order,
-    set_vendor_gemm, vendor_gemm, F32Gemm, GemmOps, GemmOrder, VendorGemm,
+    set_vendor_gemm, vendor_gemm, vendor_gemm_products, F32Gemm, GemmOps, GemmOrder, VendorGemm,
 };
 pub use layer_norm::{layer_norm, LayerNormOps};
 pub(crate) use linear::linear;

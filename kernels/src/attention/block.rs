@@ -9,8 +9,11 @@
 //! (`scale · p · (dP − Δ)`), so neither the query nor its gradient needs a pass for it.
 //!
 //! Causal blocks: row `i` of the block sees keys `0 ..= i + diagonal`; the keys past it
-//! are 0 in the probabilities and in the gradient. f32 arithmetic whatever the element
-//! type; the log-sum-exp is an f32 `[batch, heads, rows, 1]` tensor read and written by its
+//! are 0 in the probabilities and in the gradient. The score-shaped tensors are read and
+//! written in vectors of the widest width the runtime prefers that divides a row (one
+//! scalar at a time where none does): more bytes in flight per load, where these passes
+//! over `[batch, heads, rows, keys]` are the attention's memory traffic besides its GEMMs.
+//! f32 arithmetic whatever the element type; the log-sum-exp is an f32 `[batch, heads, rows, 1]` tensor read and written by its
 //! strides, and the backward's `Δ = Σ dO ∘ O` is each row's sum over the block's output and
 //! its gradient (`[batch, heads, rows, head_dim]`, read by their strides): a block's rows of
 //! the whole sequence's tensors need no copy, and `Δ` no pass of its own.
@@ -19,6 +22,7 @@ use cubecl::prelude::*;
 use cubecl::CubeDim;
 
 use crate::reduce::{cube_row, cube_softmax_stats, cube_sum, row_cubes};
+use crate::vector::vector_width;
 
 /// Units per cube of both kernels: one cube per score row.
 pub const SCORE_ROW_UNITS: usize = 64;
@@ -60,11 +64,13 @@ fn stat_at(stat: &Tensor<f32>, r: usize, block: &ScoreBlock) -> usize {
 /// One cube per score row: the maximum of its scaled scores and the sum of their
 /// exponentials shifted by it (a running pair per unit, one read), combined pairwise in
 /// shared memory into the log-sum-exp, written to `lse`; then
-/// `probabilities = exp(scale · score − lse)` (0 past the diagonal).
+/// `probabilities = exp(scale · score − lse)` (0 past the diagonal). Scores and
+/// probabilities are read and written in vectors of `N` (a row is `keys / N` of them); a
+/// vector wholly past the diagonal is written as zeros without being read.
 #[cube(launch_unchecked)]
-pub fn attention_block_softmax_kernel<F: Float>(
-    scores: &Tensor<F>,
-    probabilities: &mut Tensor<F>,
+pub fn attention_block_softmax_kernel<F: Float, N: Size>(
+    scores: &Tensor<Vector<F, N>>,
+    probabilities: &mut Tensor<Vector<F, N>>,
     lse: &mut Tensor<f32>,
     block: &ScoreBlock,
     #[comptime] causal: bool,
@@ -73,8 +79,10 @@ pub fn attention_block_softmax_kernel<F: Float>(
     if !active {
         terminate!();
     }
+    let width = scores.vector_size();
     let visible = visible_keys(r, block, causal);
-    let base = r * block.keys;
+    let vectors = block.keys / width;
+    let base = r * vectors;
     // Key 0 is seen by every row: the statistics are over at least one score.
     let (row_max, row_sum) = cube_softmax_stats(scores, base, visible, block.scale, SCORE_ROW_UNITS);
     let unit = UNIT_POS_X as usize;
@@ -82,14 +90,20 @@ pub fn attention_block_softmax_kernel<F: Float>(
     if unit == 0 {
         lse[stat_at(lse, r, block)] = row_lse;
     }
-    let mut j = unit;
-    while j < block.keys {
-        let mut p = 0.0f32;
-        if j < visible {
-            p = (f32::cast_from(scores[base + j]) * block.scale - row_lse).exp();
+    let mut v = unit;
+    while v < vectors {
+        let mut p = Vector::<F, N>::new(F::new(0.0));
+        if v * width < visible {
+            let x = scores[base + v];
+            #[unroll]
+            for j in 0..width {
+                if v * width + j < visible {
+                    p[j] = F::cast_from((f32::cast_from(x[j]) * block.scale - row_lse).exp());
+                }
+            }
         }
-        probabilities[base + j] = F::cast_from(p);
-        j += SCORE_ROW_UNITS;
+        probabilities[base + v] = p;
+        v += SCORE_ROW_UNITS;
     }
 }
 
@@ -114,17 +128,18 @@ fn row_delta<F: Float>(output: &Tensor<F>, grad_output: &Tensor<F>, r: usize, bl
 
 /// One cube per score row, as the forward: the row's `Δ` from the block's output and its
 /// gradient, then `p = exp(scale · score − lse)` and the unscaled scores' gradient
-/// `dS = scale · p · (dP − Δ)` (both 0 past the diagonal).
+/// `dS = scale · p · (dP − Δ)` (both 0 past the diagonal), the score-shaped tensors in
+/// vectors of `N` as the forward's.
 #[cube(launch_unchecked)]
 #[allow(clippy::too_many_arguments)]
-pub fn attention_block_softmax_grad_kernel<F: Float>(
-    scores: &Tensor<F>,
-    grad_probabilities: &Tensor<F>,
+pub fn attention_block_softmax_grad_kernel<F: Float, N: Size>(
+    scores: &Tensor<Vector<F, N>>,
+    grad_probabilities: &Tensor<Vector<F, N>>,
     lse: &Tensor<f32>,
     output: &Tensor<F>,
     grad_output: &Tensor<F>,
-    probabilities: &mut Tensor<F>,
-    grad_scores: &mut Tensor<F>,
+    probabilities: &mut Tensor<Vector<F, N>>,
+    grad_scores: &mut Tensor<Vector<F, N>>,
     block: &ScoreBlock,
     #[comptime] causal: bool,
 ) {
@@ -132,21 +147,30 @@ pub fn attention_block_softmax_grad_kernel<F: Float>(
     if !active {
         terminate!();
     }
+    let width = scores.vector_size();
     let visible = visible_keys(r, block, causal);
-    let base = r * block.keys;
+    let vectors = block.keys / width;
+    let base = r * vectors;
     let row_lse = lse[stat_at(lse, r, block)];
     let delta = row_delta(output, grad_output, r, block);
-    let mut j = UNIT_POS_X as usize;
-    while j < block.keys {
-        let mut p = 0.0f32;
-        let mut ds = 0.0f32;
-        if j < visible {
-            p = (f32::cast_from(scores[base + j]) * block.scale - row_lse).exp();
-            ds = block.scale * p * (f32::cast_from(grad_probabilities[base + j]) - delta);
+    let mut v = UNIT_POS_X as usize;
+    while v < vectors {
+        let mut p = Vector::<F, N>::new(F::new(0.0));
+        let mut ds = Vector::<F, N>::new(F::new(0.0));
+        if v * width < visible {
+            let (x, dp) = (scores[base + v], grad_probabilities[base + v]);
+            #[unroll]
+            for j in 0..width {
+                if v * width + j < visible {
+                    let prob = (f32::cast_from(x[j]) * block.scale - row_lse).exp();
+                    p[j] = F::cast_from(prob);
+                    ds[j] = F::cast_from(block.scale * prob * (f32::cast_from(dp[j]) - delta));
+                }
+            }
         }
-        probabilities[base + j] = F::cast_from(p);
-        grad_scores[base + j] = F::cast_from(ds);
-        j += SCORE_ROW_UNITS;
+        probabilities[base + v] = p;
+        grad_scores[base + v] = ds;
+        v += SCORE_ROW_UNITS;
     }
 }
 
@@ -165,6 +189,12 @@ pub struct BlockDims {
 impl BlockDims {
     fn count(&self) -> usize {
         self.batch_heads * self.rows
+    }
+
+    /// The score rows' vectors: the widest the runtime prefers for elements of
+    /// `elem_bytes` that divides a row.
+    fn vector_width<R: Runtime>(&self, client: &ComputeClient<R>, elem_bytes: usize) -> usize {
+        vector_width(client, elem_bytes, self.keys)
     }
 
     fn launch<R: Runtime>(&self) -> ScoreBlockLaunch<R> {
@@ -189,6 +219,7 @@ pub unsafe fn launch_attention_block_softmax<R: Runtime, F: Float + CubeElement>
         client,
         row_cubes(dims.count()),
         CubeDim::new_1d(SCORE_ROW_UNITS as u32),
+        dims.vector_width(client, size_of::<F>()),
         scores,
         probabilities,
         lse,
@@ -220,6 +251,7 @@ pub unsafe fn launch_attention_block_softmax_grad<R: Runtime, F: Float + CubeEle
         client,
         row_cubes(dims.count()),
         CubeDim::new_1d(SCORE_ROW_UNITS as u32),
+        dims.vector_width(client, size_of::<F>()),
         scores,
         grad_probabilities,
         lse,

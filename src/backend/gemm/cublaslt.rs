@@ -27,7 +27,10 @@ use cudarc::driver::result as driver;
 use cudarc::driver::sys as driver_sys;
 
 use super::layout::{gemm_layout, output_shape, GemmLayout, LayoutRefusal, Operand, View};
-use super::{count_operand_copies, f32_gemm, gemm_order, gemm_tuning, tune, vendor_gemm_enabled, F32Gemm, GemmOrder};
+use super::{
+    count_operand_copies, count_vendor_product, f32_gemm, gemm_order, gemm_tuning, tune, vendor_gemm_enabled, F32Gemm,
+    GemmOrder,
+};
 
 /// The most workspace one GEMM's algorithm may take (cuBLAS's recommendation for Hopper).
 const MAX_WORKSPACE_BYTES: usize = 32 << 20;
@@ -265,6 +268,7 @@ fn cuda_gemm(
         (resource.resource().ptr, Some(resource))
     });
     context.run(&plan, [a, b, d, e], workspace_ptr.0, stream);
+    count_vendor_product();
     if !on_cubecl_stream {
         // SAFETY: the context's own stream, live for the life of the process.
         unsafe { driver::stream::synchronize(context.stream) }

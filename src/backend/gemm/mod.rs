@@ -288,6 +288,23 @@ pub fn gemm_operand_copies() -> usize {
     OPERAND_COPIES.load(Ordering::Relaxed)
 }
 
+static VENDOR_PRODUCTS: AtomicUsize = AtomicUsize::new(0);
+
+/// Products the vendor's library (cuBLASLt) has computed so far, process-wide: one per call
+/// of it, none for a product that fell back to CubeCL's matmul (a layout, type or addend
+/// it does not take) nor where it is off or absent. What tells a check on a GPU which of
+/// its products reached the vendor, where comparing bits with CubeCL's cannot (two GEMMs
+/// accumulating in f32 may round a reduced-precision product to the same bits).
+pub fn vendor_gemm_products() -> usize {
+    VENDOR_PRODUCTS.load(Ordering::Relaxed)
+}
+
+/// Counts one more [`vendor_gemm_products`].
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+pub(crate) fn count_vendor_product() {
+    VENDOR_PRODUCTS.fetch_add(1, Ordering::Relaxed);
+}
+
 /// Counts `copies` more [`gemm_operand_copies`].
 pub(crate) fn count_operand_copies(copies: usize) {
     OPERAND_COPIES.fetch_add(copies, Ordering::Relaxed);
