@@ -10,8 +10,9 @@
 //! ```
 //!
 //! One cube works on one row in [`layer_norm_forward_kernel`] and
-//! [`layer_norm_backward_kernel`] (its units stride over the row; sums in shared memory,
-//! f32 whatever the element type). The parameters' gradients are sums over rows:
+//! [`layer_norm_backward_kernel`] (its units stride over the row's vectors, the widest the
+//! runtime prefers that divides `d`; sums in shared memory, f32 whatever the element
+//! type). The parameters' gradients are sums over rows:
 //! [`layer_norm_param_grads_kernel`] sums blocks of [`ROWS_PER_PARTIAL`] rows, one unit
 //! per column, and [`launch_layer_norm_param_grads_finish`] adds the blocks' sums up with
 //! `column_sums`' kernel (not needed when there is one block). A backward pass is two or
@@ -21,7 +22,7 @@ use cubecl::prelude::*;
 use cubecl::CubeDim;
 
 use crate::column_sums::launch_column_sums;
-use crate::reduce::{cube_row, cube_sum, row_cubes};
+use crate::reduce::{cube_row, cube_sum, cube_sum_pair, row_cubes};
 use crate::vector::vector_width;
 
 /// Units per cube of the row kernels (a power of two).
@@ -37,14 +38,15 @@ const COLUMN_UNITS: usize = 128;
 pub const ROWS_PER_PARTIAL: usize = 64;
 
 /// Writes `y`, and each row's `mean` and `rstd` (f32), from `x`, `gamma` and, when
-/// `has_beta`, `beta` (else `beta` is not read).
+/// `has_beta`, `beta` (else `beta` is not read). Rows, `gamma` and `beta` are read in
+/// vectors of `N` (a row is `d / N` of them).
 #[cube(launch_unchecked)]
 #[allow(clippy::too_many_arguments)]
-pub fn layer_norm_forward_kernel<F: Float>(
-    x: &Tensor<F>,
-    gamma: &Tensor<F>,
-    beta: &Tensor<F>,
-    y: &mut Tensor<F>,
+pub fn layer_norm_forward_kernel<F: Float, N: Size>(
+    x: &Tensor<Vector<F, N>>,
+    gamma: &Tensor<Vector<F, N>>,
+    beta: &Tensor<Vector<F, N>>,
+    y: &mut Tensor<Vector<F, N>>,
     mean: &mut Tensor<f32>,
     rstd: &mut Tensor<f32>,
     rows: usize,
@@ -56,31 +58,48 @@ pub fn layer_norm_forward_kernel<F: Float>(
     if !active {
         terminate!();
     }
-    let base = row * d;
+    let width = x.vector_size();
+    let vectors = d / width;
+    let base = row * vectors;
     let first = UNIT_POS_X as usize;
     let mut sum = 0.0f32;
-    let mut i = first;
-    while i < d {
-        sum += f32::cast_from(x[base + i]);
-        i += ROW_UNITS;
+    let mut v = first;
+    while v < vectors {
+        let values = x[base + v];
+        #[unroll]
+        for j in 0..width {
+            sum += f32::cast_from(values[j]);
+        }
+        v += ROW_UNITS;
     }
     let mu = cube_sum(sum, ROW_UNITS) / f32::cast_from(d);
     let mut squares = 0.0f32;
-    i = first;
-    while i < d {
-        let centered = f32::cast_from(x[base + i]) - mu;
-        squares += centered * centered;
-        i += ROW_UNITS;
+    v = first;
+    while v < vectors {
+        let values = x[base + v];
+        #[unroll]
+        for j in 0..width {
+            let centered = f32::cast_from(values[j]) - mu;
+            squares += centered * centered;
+        }
+        v += ROW_UNITS;
     }
     let deviation = (cube_sum(squares, ROW_UNITS) / f32::cast_from(d) + epsilon).sqrt();
-    i = first;
-    while i < d {
-        let mut value = (f32::cast_from(x[base + i]) - mu) / deviation * f32::cast_from(gamma[i]);
+    v = first;
+    while v < vectors {
+        let (values, scales) = (x[base + v], gamma[v]);
+        let mut shifts = Vector::<F, N>::new(F::new(0.0));
         if has_beta {
-            value += f32::cast_from(beta[i]);
+            shifts = beta[v];
         }
-        y[base + i] = F::cast_from(value);
-        i += ROW_UNITS;
+        let mut out = Vector::<F, N>::empty();
+        #[unroll]
+        for j in 0..width {
+            let value = (f32::cast_from(values[j]) - mu) / deviation * f32::cast_from(scales[j]);
+            out[j] = F::cast_from(value + f32::cast_from(shifts[j]));
+        }
+        y[base + v] = out;
+        v += ROW_UNITS;
     }
     if first == 0 {
         mean[row] = mu;
@@ -88,16 +107,18 @@ pub fn layer_norm_forward_kernel<F: Float>(
     }
 }
 
-/// Writes `dx` from `x`, `gamma`, the forward's `mean` and `rstd`, and `dy`.
+/// Writes `dx` from `x`, `gamma`, the forward's `mean` and `rstd`, and `dy`, all but the
+/// statistics in vectors of `N`; `mean(g)` and `mean(g · x̂)` are summed over the cube in
+/// one halving pass.
 #[cube(launch_unchecked)]
 #[allow(clippy::too_many_arguments)]
-pub fn layer_norm_backward_kernel<F: Float>(
-    x: &Tensor<F>,
-    gamma: &Tensor<F>,
+pub fn layer_norm_backward_kernel<F: Float, N: Size>(
+    x: &Tensor<Vector<F, N>>,
+    gamma: &Tensor<Vector<F, N>>,
     mean: &Tensor<f32>,
     rstd: &Tensor<f32>,
-    dy: &Tensor<F>,
-    dx: &mut Tensor<F>,
+    dy: &Tensor<Vector<F, N>>,
+    dx: &mut Tensor<Vector<F, N>>,
     rows: usize,
     d: usize,
 ) {
@@ -105,27 +126,39 @@ pub fn layer_norm_backward_kernel<F: Float>(
     if !active {
         terminate!();
     }
-    let base = row * d;
+    let width = x.vector_size();
+    let vectors = d / width;
+    let base = row * vectors;
     let (mu, r) = (mean[row], rstd[row]);
     let first = UNIT_POS_X as usize;
     let mut sum_g = 0.0f32;
     let mut sum_gx = 0.0f32;
-    let mut i = first;
-    while i < d {
-        let g = f32::cast_from(dy[base + i]) * f32::cast_from(gamma[i]);
-        let x_hat = (f32::cast_from(x[base + i]) - mu) * r;
-        sum_g += g;
-        sum_gx += g * x_hat;
-        i += ROW_UNITS;
+    let mut v = first;
+    while v < vectors {
+        let (grads, values, scales) = (dy[base + v], x[base + v], gamma[v]);
+        #[unroll]
+        for j in 0..width {
+            let g = f32::cast_from(grads[j]) * f32::cast_from(scales[j]);
+            let x_hat = (f32::cast_from(values[j]) - mu) * r;
+            sum_g += g;
+            sum_gx += g * x_hat;
+        }
+        v += ROW_UNITS;
     }
-    let mean_g = cube_sum(sum_g, ROW_UNITS) / f32::cast_from(d);
-    let mean_gx = cube_sum(sum_gx, ROW_UNITS) / f32::cast_from(d);
-    i = first;
-    while i < d {
-        let g = f32::cast_from(dy[base + i]) * f32::cast_from(gamma[i]);
-        let x_hat = (f32::cast_from(x[base + i]) - mu) * r;
-        dx[base + i] = F::cast_from(r * (g - mean_g - x_hat * mean_gx));
-        i += ROW_UNITS;
+    let (total_g, total_gx) = cube_sum_pair(sum_g, sum_gx, ROW_UNITS);
+    let (mean_g, mean_gx) = (total_g / f32::cast_from(d), total_gx / f32::cast_from(d));
+    v = first;
+    while v < vectors {
+        let (grads, values, scales) = (dy[base + v], x[base + v], gamma[v]);
+        let mut out = Vector::<F, N>::empty();
+        #[unroll]
+        for j in 0..width {
+            let g = f32::cast_from(grads[j]) * f32::cast_from(scales[j]);
+            let x_hat = (f32::cast_from(values[j]) - mu) * r;
+            out[j] = F::cast_from(r * (g - mean_g - x_hat * mean_gx));
+        }
+        dx[base + v] = out;
+        v += ROW_UNITS;
     }
 }
 
@@ -186,6 +219,7 @@ pub unsafe fn launch_layer_norm_forward<R: Runtime, F: Float + CubeElement>(
         client,
         row_cubes(rows),
         CubeDim::new_1d(ROW_UNITS as u32),
+        vector_width(client, size_of::<F>(), d),
         x,
         gamma,
         beta,
@@ -215,6 +249,7 @@ pub unsafe fn launch_layer_norm_backward<R: Runtime, F: Float + CubeElement>(
         client,
         row_cubes(rows),
         CubeDim::new_1d(ROW_UNITS as u32),
+        vector_width(client, size_of::<F>(), d),
         x,
         gamma,
         mean,

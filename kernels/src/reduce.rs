@@ -26,6 +26,31 @@ pub(crate) fn cube_sum(value: f32, #[comptime] units: usize) -> f32 {
     result
 }
 
+/// Adds `a` and `b` each over the cube's units (`units` of them, a power of two, the cube's
+/// size) in one halving pass in shared memory: the barriers of one [`cube_sum`] for two
+/// sums. Every unit gets both totals, added in `cube_sum`'s order.
+#[cube]
+pub(crate) fn cube_sum_pair(a: f32, b: f32, #[comptime] units: usize) -> (f32, f32) {
+    let mut shared_a = SharedMemory::<f32>::new(units);
+    let mut shared_b = SharedMemory::<f32>::new(units);
+    let unit = UNIT_POS_X as usize;
+    shared_a[unit] = a;
+    shared_b[unit] = b;
+    sync_cube();
+    let mut half = CUBE_DIM_X as usize / 2;
+    while half > 0 {
+        if unit < half {
+            shared_a[unit] += shared_a[unit + half];
+            shared_b[unit] += shared_b[unit + half];
+        }
+        sync_cube();
+        half /= 2;
+    }
+    let result = (shared_a[0], shared_b[0]);
+    sync_cube();
+    result
+}
+
 /// The maximum of `x = scale · row[base ..][.. len]` (`len ≥ 1` elements from vector `base`
 /// of a row of vectors of `N` elements) and `Σ exp(x − maximum)`, computed by the cube's
 /// `units` units together: each keeps a running maximum and a sum of exponentials rescaled

@@ -1,6 +1,6 @@
 //! The LayerNorm kernels against their CPU reference on a real runtime (wgpu; llvmpipe in
-//! CI): randomized widths (below, at and above the cube's 128 units; GPT-2-small's 768)
-//! and row counts (one block of parameter-gradient sums and several, one past 65,535 rows
+//! CI): randomized widths (below, at and above the cube's 128 units; GPT-2-small's 768;
+//! rows read in vectors of four, of two, and one element at a time) and row counts (one block of parameter-gradient sums and several, one past 65,535 rows
 //! is left to the GPU: llvmpipe would take minutes), with and without β, f32 and f16.
 //! Controls: a backward pass fed the wrong row statistics, and the forward with the wrong
 //! ε, are caught.
@@ -14,7 +14,7 @@ use cubecl::wgpu::{WgpuDevice, WgpuRuntime};
 use leanburn_kernels::reference;
 use leanburn_kernels::{
     launch_layer_norm_backward, launch_layer_norm_forward, launch_layer_norm_param_grads,
-    launch_layer_norm_param_grads_finish, layer_norm_blocks,
+    launch_layer_norm_param_grads_finish, layer_norm_blocks, vector_width,
 };
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -138,7 +138,9 @@ fn check<E: Element>(tolerance: f32) {
     let mut rng = SmallRng::seed_from_u64(0x1a7e);
     let mut cases: Vec<(usize, usize)> =
         (0..6).map(|_| (rng.random_range(1..=300), rng.random_range(1..=600))).collect();
-    cases.extend([(128, 64), (768, 40), (32, 1000), (1, 3)]);
+    cases.extend([(128, 64), (768, 40), (32, 1000), (1, 3), (770, 33), (6, 7)]);
+    let width = vector_width(&client, size_of::<E>(), 768);
+    assert!(width > 1, "rows of 768 must be read in vectors here, else only the scalar path is tested");
     for (index, (d, rows)) in cases.into_iter().enumerate() {
         let has_beta = index % 3 != 1;
         let round = |v: Vec<f32>| E::widen(&E::narrow(&v));
