@@ -10,8 +10,9 @@
 //! bf16 8e-3 (its 8-bit output). The backend's own matmul is held to TF32's tolerance in
 //! f32 (CubeCL computes f32 products as TF32 on CUDA), and so is a product cuBLASLt does not
 //! take (a partly broadcast batch falls back to the backend's matmul; such cases, those
-//! during which [`vendor_gemm_products`] did not move, are counted apart). The control: the reference with its columns rotated by one,
-//! what an off-by-one leading dimension would give, must fail the same check.
+//! during which [`vendor_gemm_products`] did not move, are counted apart). The control:
+//! the reference with its columns rotated by one, what an off-by-one leading dimension
+//! would give, must fail the same check.
 
 use burn::module::AutodiffModule;
 use burn::tensor::backend::Backend;
