@@ -5,16 +5,19 @@
 //! gradient.
 //!
 //! [`squares_kernel`] writes one partial sum of squares per cube into a shared f32 buffer
-//! of partials, each gradient into its own range of slots, many gradients per launch;
-//! [`clip_factor_kernel`] adds up every slot in one cube and writes the factor. Sums are
-//! f32 whatever the gradients' type, added in a fixed order (the result does not depend on
-//! timing, nor on how the gradients were grouped).
+//! of partials, each gradient into its own range of slots, many gradients per launch, each
+//! read in vectors of the widest width that divides its own length (gradients of other
+//! widths in a group go to another launch); [`clip_factor_kernel`] adds up every slot in
+//! one cube and writes the factor. Sums are f32 whatever the gradients' type, added in a
+//! fixed order (the result does not depend on timing, nor on how the gradients were
+//! grouped).
 
 use cubecl::prelude::*;
 use cubecl::CubeDim;
 
 use crate::reduce::cube_sum;
-use crate::tensor_group::{group_size, GroupGrid};
+use crate::tensor_group::{duplicate, group_size, GroupGrid};
+use crate::vector::vector_width;
 
 /// Units per cube of both kernels (a power of two: the shared-memory sums halve it).
 pub const NORM_UNITS: usize = 256;
@@ -35,39 +38,46 @@ pub fn squares_partials(len: usize) -> usize {
 }
 
 /// Sums the squares of a group of gradients, one partial sum per cube: gradient `i`
-/// (`lens[i]` elements, contiguous) is summed by the cubes `first_cube[i] ..
-/// first_cube[i + 1]` (`squares_partials(lens[i])` of them; see `tensor_group`), its cube
-/// `c` over the elements `c, c + stride, ...` (`stride` = the gradient's cubes' units), and
-/// cube `k` of the launch writes its sum to `partials[offset + k]`. A gradient's sums are
-/// the same whichever group it is launched in.
+/// (`vectors[i]` vectors of `N` elements, contiguous) is summed by the cubes `first_cube[i]
+/// .. first_cube[i + 1]` (`squares_partials` of its length in elements; see
+/// `tensor_group`), its cube `c` over the vectors `c, c + stride, ...` (`stride` = the
+/// gradient's cubes' units), and its cube `c` writes its sum to `partials[first_slot[i] +
+/// c]`. A gradient's sums are the same whichever group it is launched in.
 #[cube(launch_unchecked)]
-pub fn squares_kernel<F: Float>(
-    grads: &Sequence<Tensor<F>>,
+pub fn squares_kernel<F: Float, N: Size>(
+    grads: &Sequence<Tensor<Vector<F, N>>>,
     partials: &mut Tensor<f32>,
     first_cube: Sequence<usize>,
-    lens: Sequence<usize>,
-    offset: usize,
+    vectors: Sequence<usize>,
+    first_slot: Sequence<usize>,
 ) {
     let members = comptime![grads.len()];
     let cube = CUBE_POS;
     let mut sum = 0.0f32;
+    let mut slot = 0usize;
     #[unroll]
     for i in 0..members {
         if cube >= first_cube[i] && cube < first_cube[i + 1] {
             let grad = grads.index(i);
+            let width = grad.vector_size();
             let stride = (first_cube[i + 1] - first_cube[i]) * NORM_UNITS;
             let mut index = (cube - first_cube[i]) * NORM_UNITS + UNIT_POS_X as usize;
-            while index < lens[i] {
-                let value = f32::cast_from(grad[index]);
-                sum += value * value;
+            while index < vectors[i] {
+                let values = grad[index];
+                #[unroll]
+                for j in 0..width {
+                    let value = f32::cast_from(values[j]);
+                    sum += value * value;
+                }
                 index += stride;
             }
+            slot = first_slot[i] + cube - first_cube[i];
         }
     }
     // Outside the members' branches: every unit of every cube reaches the barriers.
     let total = cube_sum(sum, NORM_UNITS);
     if UNIT_POS_X == 0 && cube < first_cube[members] {
-        partials[offset + cube] = total;
+        partials[slot] = total;
     }
 }
 
@@ -93,7 +103,10 @@ pub fn squares_group_size<R: Runtime>(client: &ComputeClient<R>) -> usize {
 }
 
 /// Sums the squares of a group of gradients, each `(tensor, len)`, into `partials[offset
-/// ..]`: the gradients' `squares_partials(len)` slots each, in their order.
+/// ..]`: the gradients' `squares_partials(len)` slots each, in their order. Each gradient is
+/// read in vectors of the widest width the runtime prefers that divides its length: one
+/// launch for the gradients of each width, so that a gradient's sums do not depend on the
+/// others in its group.
 ///
 /// # Safety
 /// Each gradient must be contiguous with `len` elements of `F`; `partials` an f32 tensor of
@@ -105,22 +118,38 @@ pub unsafe fn launch_squares<R: Runtime, F: Float + CubeElement>(
     partials: TensorArg<R>,
     offset: usize,
 ) {
-    let grid = GroupGrid::new(client, grads.iter().map(|&(_, len)| squares_partials(len)));
-    let (mut tensors, mut lens) = (SequenceArg::new(), SequenceArg::new());
+    let mut by_width: Vec<(usize, Vec<(TensorArg<R>, usize, usize)>)> = Vec::new();
+    let mut slot = offset;
     for (tensor, len) in grads {
-        tensors.push(tensor);
-        lens.push(len);
+        let width = vector_width(client, size_of::<F>(), len);
+        let member = (tensor, len, slot);
+        slot += squares_partials(len);
+        match by_width.iter_mut().find(|(w, _)| *w == width) {
+            Some((_, members)) => members.push(member),
+            None => by_width.push((width, vec![member])),
+        }
     }
-    squares_kernel::launch_unchecked::<F, R>(
-        client,
-        grid.cube_count.clone(),
-        CubeDim::new_1d(NORM_UNITS as u32),
-        tensors,
-        partials,
-        grid.first_cube_arg(),
-        lens,
-        offset,
-    );
+    for (width, members) in by_width {
+        let grid = GroupGrid::new(client, members.iter().map(|&(_, len, _)| squares_partials(len)));
+        let (mut tensors, mut vectors, mut first_slot) = (SequenceArg::new(), SequenceArg::new(), SequenceArg::new());
+        for (tensor, len, slot) in members {
+            tensors.push(tensor);
+            vectors.push(len / width);
+            first_slot.push(slot);
+        }
+        // `width` divides every member's length; the rest as the caller guarantees.
+        squares_kernel::launch_unchecked::<F, R>(
+            client,
+            grid.cube_count.clone(),
+            CubeDim::new_1d(NORM_UNITS as u32),
+            width,
+            tensors,
+            duplicate(&partials),
+            grid.first_cube_arg(),
+            vectors,
+            first_slot,
+        );
+    }
 }
 
 /// Writes the clipping factor for the squares summed in `partials[..count]` into

@@ -55,3 +55,13 @@ impl GroupGrid {
         self.first_cube.iter().copied().collect()
     }
 }
+
+/// A second argument for the same tensor (`TensorArg` is not `Clone`).
+pub(crate) fn duplicate<R: Runtime>(arg: &TensorArg<R>) -> TensorArg<R> {
+    match arg {
+        TensorArg::Handle { handle } => TensorArg::Handle { handle: handle.clone() },
+        TensorArg::Alias { input_pos, strides, shape } => {
+            TensorArg::Alias { input_pos: *input_pos, strides: strides.clone(), shape: shape.clone() }
+        }
+    }
+}

@@ -11,6 +11,7 @@ use super::{
     first_query_row, keys_seen, load_tile, read_row, stat_base, tile_rows, write_row, AttentionShape,
     AttentionShapeLaunch, Quad, ROWS_PER_CUBE, UNROLLED_HEAD_DIM,
 };
+use crate::tensor_group::duplicate;
 
 /// One unit per query row: `dq[b, h, i, ..]` (contiguous) and `delta[b · heads + h, i]`.
 #[cube(launch_unchecked)]
@@ -246,14 +247,4 @@ pub unsafe fn launch_attention_backward<R: Runtime, F: Float + CubeElement>(
         tile,
         causal,
     );
-}
-
-/// A second argument for the same tensor (`TensorArg` is not `Clone`).
-fn duplicate<R: Runtime>(arg: &TensorArg<R>) -> TensorArg<R> {
-    match arg {
-        TensorArg::Handle { handle } => TensorArg::Handle { handle: handle.clone() },
-        TensorArg::Alias { input_pos, strides, shape } => {
-            TensorArg::Alias { input_pos: *input_pos, strides: strides.clone(), shape: shape.clone() }
-        }
-    }
 }
