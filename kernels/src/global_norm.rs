@@ -118,7 +118,7 @@ pub unsafe fn launch_squares<R: Runtime, F: Float + CubeElement>(
     partials: TensorArg<R>,
     offset: usize,
 ) {
-    let mut by_width: Vec<(usize, Vec<(TensorArg<R>, usize, usize)>)> = Vec::new();
+    let mut by_width: Vec<(usize, Vec<SquaresMember<R>>)> = Vec::new();
     let mut slot = offset;
     for (tensor, len) in grads {
         let width = vector_width(client, size_of::<F>(), len);
@@ -151,6 +151,10 @@ pub unsafe fn launch_squares<R: Runtime, F: Float + CubeElement>(
         );
     }
 }
+
+/// A gradient of a [`launch_squares`] launch: its tensor, its length in elements and its
+/// first slot in the partial sums.
+type SquaresMember<R> = (TensorArg<R>, usize, usize);
 
 /// Writes the clipping factor for the squares summed in `partials[..count]` into
 /// `factor[0]`.
