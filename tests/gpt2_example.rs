@@ -376,6 +376,25 @@ fn f16_runs_end_to_end_with_loss_scaling() {
     }
 }
 
+/// The summary's pace line: after a run of one step there is no figure past the first
+/// step, and it says so where a "-" stood in for the number; after two steps it gives one
+/// (the control).
+#[test]
+fn the_summary_says_when_no_step_after_the_first_was_timed() {
+    let pace = |steps: &str| {
+        let run = cpu_run(&scratch(&format!("pace-{steps}")), &["--mode", "full", "--steps", steps]);
+        assert!(run.status.success(), "{}", text(&run));
+        let summary = String::from_utf8_lossy(&run.stdout).into_owned();
+        let line = summary.lines().find(|line| line.contains("/s after the first step")).map(str::to_owned);
+        line.unwrap_or_else(|| panic!("no pace line: {}", text(&run)))
+    };
+    let one = pace("1");
+    assert!(one.starts_with("no tokens/s after the first step: this process ran no other ("), "{one}");
+    let two = pace("2");
+    let speed = two.split(' ').next().and_then(|figure| figure.parse::<f64>().ok());
+    assert!(speed.is_some_and(|speed| speed > 0.0), "{two}");
+}
+
 #[test]
 fn an_unwritable_out_is_an_error() {
     let dir = scratch("unwritable");

@@ -178,10 +178,13 @@ fn pace(outcome: &RunOutcome, item: &str) -> String {
     let Some(first) = outcome.first_step() else {
         return overall;
     };
-    let steady = outcome.steady_items_per_second().map_or("-".into(), |speed| format!("{speed:.0}"));
+    let steady = match outcome.steady_items_per_second() {
+        Some(speed) => format!("{speed:.0} {item}/s after the first step"),
+        None => format!("no {item}/s after the first step: this process ran no other"),
+    };
     let done = FIRST_STEP_DONE.get().map_or(String::new(), |s| format!(", done {s:.1} s after start"));
     format!(
-        "{steady} {item}/s after the first step ({overall}); the first step of this process took {:.1} s \
+        "{steady} ({overall}); the first step of this process took {:.1} s \
          (on a GPU mostly compiling and tuning its kernels){done}",
         first.seconds
     )
@@ -200,11 +203,11 @@ pub fn summary(title: &str, outcome: &RunOutcome, dir: &RunDir, item: &str) -> S
     let train_loss = outcome.recent_train_loss(10).map_or("-".into(), |loss| format!("{loss:.4}"));
     let validation = outcome.validation().map_or("no validation".into(), |v| v.to_string());
     let mut text = format!(
-        "\n{title}: {} steps\n\
+        "\n{title}: {}\n\
          train loss (last 10 full steps) {train_loss}, {validation}\n\
          {}\n\
          {:.0}% of steps predicted, {} rolled back\n",
-        stats.steps,
+        counted(stats.steps, "step"),
         pace(outcome, item),
         stats.predicted_share * 100.0,
         stats.rollbacks,
@@ -219,6 +222,14 @@ pub fn summary(title: &str, outcome: &RunOutcome, dir: &RunDir, item: &str) -> S
     text
 }
 
+/// `count` and `noun`, plural but for one ("1 step", "2 steps").
+fn counted(count: usize, noun: &str) -> String {
+    match count {
+        1 => format!("1 {noun}"),
+        _ => format!("{count} {noun}s"),
+    }
+}
+
 /// The summary's lines for what only some runs do: selection, steps skipped for overflow,
 /// the pool's trims (empty where none happened).
 fn occasional_lines(stats: &TrainerStatistics) -> String {
@@ -231,7 +242,8 @@ fn occasional_lines(stats: &TrainerStatistics) -> String {
         );
     }
     if stats.overflow_steps > 0 {
-        text += &format!("{} steps skipped for overflowed gradients (loss scaling)\n", stats.overflow_steps);
+        let skipped = counted(stats.overflow_steps, "step");
+        text += &format!("{skipped} skipped for overflowed gradients (loss scaling)\n");
     }
     if stats.trims > 0 {
         text +=
