@@ -376,6 +376,40 @@ fn f16_runs_end_to_end_with_loss_scaling() {
     }
 }
 
+/// The step-0 validation loss in a run's `validation-<mode>.csv`.
+fn step_zero_validation(csv: &Path) -> f64 {
+    let text = fs::read_to_string(csv).unwrap_or_else(|e| panic!("{}: {e}", csv.display()));
+    let mut rows = text.lines().map(|line| line.split(',').collect::<Vec<_>>());
+    let header = rows.next().expect("a header");
+    let column = header.iter().position(|name| *name == "validation_loss").expect("a validation_loss column");
+    let row = rows.find(|row| row[0] == "0").unwrap_or_else(|| panic!("no step 0 in {text}"));
+    row[column].parse().unwrap()
+}
+
+/// Validation runs forward only in the run's compute precision, as the trainer's predicted
+/// steps do (and PyTorch's autocast users evaluate): from one seed, so from the same
+/// weights, a bf16 run's step-0 loss lies near the f32 run's but is not its bits, which
+/// an f32 evaluation of the master weights would give (the control: the example before
+/// 2026-12-08 evaluated there, and this test failed on it). gpt2-mini, whose initial
+/// logits are wide enough for bf16's rounding to move the loss by hundreds of f32 steps
+/// (gpt2-tiny's by one).
+#[test]
+fn validation_computes_in_the_runs_precision() {
+    let step_zero = |precision: &str| {
+        let out = scratch(&format!("validation-{precision}"));
+        let mut command = example();
+        command.args(["--backend", "cpu", "--preset", "gpt2-mini", "--batch", "2", "--seq", "16"]);
+        command.args(["--eval-batches", "1", "--corpus-mib", "1", "--mode", "full", "--steps", "1"]);
+        command.args(["--precision", precision, "--overwrite", "--data"]).arg(sources()).arg("--out").arg(&out);
+        let run = command.output().unwrap();
+        assert!(run.status.success(), "{}", text(&run));
+        step_zero_validation(&out.join("validation-full.csv"))
+    };
+    let (f32, bf16) = (step_zero("f32"), step_zero("bf16"));
+    let relative = (bf16 - f32).abs() / f32;
+    assert!(relative > 0.0 && relative < 1e-3, "step-0 validation loss: f32 {f32}, bf16 {bf16}");
+}
+
 /// The summary's pace line: after a run of one step there is no figure past the first
 /// step, and it says so where a "-" stood in for the number; after two steps it gives one
 /// (the control).

@@ -38,7 +38,7 @@ use leanburn::data::{HostBatch, TokenDataset, WindowSampler};
 use leanburn::device::{select, Chosen, DeviceChoice};
 use leanburn::model::{Gpt2, Gpt2Attention, Gpt2Config, GPT2_PRESETS};
 use leanburn::optim::{clipped_adamw, ClippedAdamW};
-use leanburn::trainer::Precision;
+use leanburn::trainer::{cast_params, Precision};
 use leanburn::SelectionConfig;
 use leanburn::{BackendArgs, BackendJob, TrainBackend};
 use leanburn::{RunDir, RunOutcome, Validation};
@@ -345,8 +345,12 @@ impl BackendJob for Plan {
         let sampler = WindowSampler::new(self.batch, self.seq, args.run.seed).map_err(|e| bad_input(e.to_string()))?;
         let batches = corpus::TrainWindows { sampler, tokens: self.data.train() };
         let to_device = |batch: HostBatch| batch.into_device::<B>(&device);
-        let validate =
-            |model: &Gpt2<B>| Validation { loss: model.valid().evaluate(&self.validation, &device), accuracy: None };
+        let dtype = args.execution.precision.dtype();
+        // Forward only in the compute precision, as the trainer's predict passes run.
+        let validate = |model: &Gpt2<B>| Validation {
+            loss: cast_params(model.valid(), dtype).evaluate(&self.validation, &device),
+            accuracy: None,
+        };
         let outcome = train(&mut trainer, &self.dir, settings, "tok", header, batches, to_device, validate)?;
         let title = format!("{} ({} mode) on {}", self.preset, args.run.mode.name(), B::name(&device));
         Ok((summary(&title, &outcome, &self.dir, "tokens"), outcome))

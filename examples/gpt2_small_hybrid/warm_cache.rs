@@ -5,15 +5,16 @@ use std::time::Instant;
 use burn::module::AutodiffModule;
 use leanburn::data::{evaluation_windows, Split, WindowSampler};
 use leanburn::model::{Gpt2, Gpt2Config};
-use leanburn::trainer::{Precision, PrecisionConfig};
+use leanburn::trainer::{cast_params, Precision, PrecisionConfig};
 use leanburn::{BackendJob, TrainBackend};
 use leanburn::{HybridConfig, HybridTrainer, LrSchedule};
 
 use super::{optimizer, Args};
 use crate::common::{bad_input, broke, Failure};
 
-/// The `--warm-cache` job: one training step and one evaluation step per precision, on
-/// token windows of the run's shape (the values do not matter to the kernels).
+/// The `--warm-cache` job: one training step and one evaluation step per precision (the
+/// evaluation computed in it, as a run's validation and predicted steps are), on token
+/// windows of the run's shape (the values do not matter to the kernels).
 pub struct WarmCache {
     pub args: Args,
     pub config: Gpt2Config,
@@ -46,7 +47,7 @@ impl BackendJob for WarmCache {
                 .map_err(|e| broke(e.to_string()))?;
             trainer.step(train.to_device::<B>(&device)).map_err(|e| broke(e.to_string()))?;
             let trained = started.elapsed().as_secs_f64();
-            trainer.model().valid().evaluate(&evaluation, &device);
+            cast_params(trainer.model().valid(), precision.dtype()).evaluate(&evaluation, &device);
             eprintln!(
                 "warmed {}: a training step in {trained:.1} s, evaluation in {:.1} s",
                 precision.name(),
