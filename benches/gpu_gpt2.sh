@@ -79,12 +79,17 @@ fi
 if [ -n "${WARM:-}${COLD:-}" ]; then
   started=$SECONDS
   # COLD=PRECISION (f32, bf16): also a cold start: the example as a user first runs it (its
-  # own empty kernel cache, no cubecl.toml, so Burn's default autotune level), three full
+  # own empty kernel cache, Burn's default autotune level), three full
   # steps in that precision; logs/cold-PRECISION.log has its time to the first step. Beside
   # WARM's warm-ups it is an upper bound (they share the CPU cores that compile and the GPU
-  # that autotunes); without WARM it runs alone.
+  # that autotunes); without WARM it runs alone. Its cubecl.toml sets the caches where
+  # `--kernel-cache` would and logs each kernel's name as it compiles
+  # (logs/cold-PRECISION.compiled: which kernels the cold start compiles, and how many).
   if [ -n "${COLD:-}" ]; then
     mkdir -p /tmp/leanburn-cold
+    printf '[compilation]\ncache = { file = "%s" }\n\n[compilation.logger]\nlevel = "basic"\nfile = "%s"\n\n[autotune]\ncache = { file = "%s" }\n' \
+      /tmp/leanburn-cold/cache/cubecl "$OUT/logs/cold-$COLD.compiled" /tmp/leanburn-cold/cache/cubecl \
+      >/tmp/leanburn-cold/cubecl.toml
     (cd /tmp/leanburn-cold && timeout "${WARM_LIMIT:-330}" "$ROOT/.gpu/gpt2_small_hybrid" --backend cuda \
       --data "$ROOT/.gpu/corpus.txt" --kernel-cache /tmp/leanburn-cold/cache --out "$RUNS/cold" --overwrite \
       --mode full --steps 3 --eval-every 1000 --eval-batches 1 --checkpoint-every 1000 --precision "$COLD") \
@@ -98,7 +103,11 @@ if [ -n "${WARM:-}${COLD:-}" ]; then
   for precision in ${WARM:-}; do
     echo "=== warm $precision: $(grep -h 'warmed\|error' "$OUT/logs/warm-$precision.log" | tail -2)"
   done
-  [ -n "${COLD:-}" ] && echo "=== cold $COLD: $(grep -h 'first step of this process\|error' "$OUT/logs/cold-$COLD.log" | tail -2)"
+  if [ -n "${COLD:-}" ]; then
+    echo "=== cold $COLD: $(grep -h 'first step of this process\|error' "$OUT/logs/cold-$COLD.log" | tail -2)"
+    echo "=== cold $COLD: $(grep -c 'Compiling kernel' "$OUT/logs/cold-$COLD.compiled" 2>/dev/null) kernels compiled, by name:"
+    sed 's/.*:://' "$OUT/logs/cold-$COLD.compiled" 2>/dev/null | sort | uniq -c | sort -rn | head -30
+  fi
   echo "warm-up of ${WARM:-}${COLD:+ and a cold start} side by side: $((SECONDS - started)) s"
 fi
 
